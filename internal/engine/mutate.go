@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// Mutate applies the set to req.Object and returns the result. The error is non-nil
+// only when the request must fail: a FailClose mutator or finalizer failed, the object
+// did not converge, or ctx ended.
+func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
+	res := &Result{Object: req.Object}
+	cands := s.candidates(req.Kind, req.Operation)
+	if len(cands) > 0 {
+		if err := s.converge(ctx, req, cands, res); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.finalizers) > 0 {
+		if err := s.finalize(ctx, req, res); err != nil {
+			return nil, err
+		}
+	}
+	if res.Object != nil && req.Object != nil {
+		res.Patch = Diff(req.Object, res.Object)
+	}
+	return res, nil
+}
+
+// converge runs passes until the object stops changing. When a FailIgnore mutator fails,
+// the run starts again from the original object without it, so that none of its changes
+// (from any pass) survive and no other mutator saw them.
+func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res *Result) error {
+	var skip []bool
+	w := &Writer{}
+restart:
+	obj := req.Object
+	res.Trace = res.Trace[:0]
+	maxPasses := len(cands) + 1
+	for pass := 1; pass <= maxPasses; pass++ {
+		var changedBy []ID
+		for i, c := range cands {
+			if (pass > 1 && c.reinvoke == ReinvokeNever) || (skip != nil && skip[i]) {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("mutation stopped in pass %d before %s: %w", pass, c.id, err)
+			}
+			next, err := s.invoke(ctx, req, c, obj, w)
+			if err != nil {
+				if c.failure == FailClose {
+					return &MutatorError{ID: c.id, Err: err}
+				}
+				if skip == nil {
+					skip = make([]bool, len(cands))
+				}
+				skip[i] = true
+				res.Failures = append(res.Failures, Failure{ID: c.id, Err: err})
+				res.Warnings = append(res.Warnings, fmt.Sprintf("%s skipped: %v", c.id, err))
+				goto restart
+			}
+			if w.HasChanges() {
+				obj = next
+				res.Trace = append(res.Trace, Change{ID: c.id, Pass: pass, Paths: append([]string(nil), w.paths...)})
+				changedBy = append(changedBy, c.id)
+			}
+		}
+		res.Passes = pass
+		if len(changedBy) == 0 {
+			res.Object = obj
+			return nil
+		}
+		if pass == maxPasses {
+			return &NotConvergedError{Passes: pass, Mutators: changedBy}
+		}
+	}
+	res.Object = obj
+	return nil
+}
+
+// invoke runs one mutator, turning a panic into an error so that one broken policy never
+// takes the request down.
+func (s *Set) invoke(ctx context.Context, req *Request, c *compiled, obj map[string]any, w *Writer) (next map[string]any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			next, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	w.reset()
+	ok, err := c.m.Matches(ctx, req, obj)
+	if err != nil {
+		return nil, fmt.Errorf("match: %w", err)
+	}
+	if !ok {
+		return obj, nil
+	}
+	return c.m.Mutate(ctx, req, obj, w)
+}
+
+func (s *Set) finalize(ctx context.Context, req *Request, res *Result) error {
+	w := &Writer{}
+	for _, f := range s.finalizers {
+		w.reset()
+		next, warnings, err := f.Finalize(ctx, req, res.Object, w)
+		res.Warnings = append(res.Warnings, warnings...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		if w.HasChanges() {
+			res.Object = next
+			res.Trace = append(res.Trace, Change{ID: ID{Kind: f.Name()}, Pass: res.Passes + 1, Paths: append([]string(nil), w.paths...)})
+		}
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// PatchOperation is one RFC 6902 operation. Diff produces add, remove and replace only.
+type PatchOperation struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// MarshalJSON writes value for add and replace even when it is null.
+func (p PatchOperation) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(`{"op":`)
+	b.WriteString(strconv.Quote(p.Op))
+	b.WriteString(`,"path":`)
+	path, _ := json.Marshal(p.Path)
+	b.Write(path)
+	if p.Op != "remove" {
+		v, err := json.Marshal(p.Value)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(`,"value":`)
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// Patch is an RFC 6902 JSON Patch.
+type Patch []PatchOperation
+
+// JSON encodes the patch; an empty patch is "[]".
+func (p Patch) JSON() ([]byte, error) {
+	if len(p) == 0 {
+		return []byte("[]"), nil
+	}
+	return json.Marshal([]PatchOperation(p))
+}
+
+// maxLCSCells bounds the work of aligning two lists; longer lists are patched element by
+// element, which is still correct, only longer.
+const maxLCSCells = 1 << 16
+
+// Diff returns the patch that turns from into to. Subtrees shared by both (the engine's
+// copy on write leaves every unchanged container shared) cost nothing. Map keys are
+// visited in sorted order, so the same inputs always give the same patch.
+func Diff(from, to map[string]any) Patch {
+	var p Patch
+	diffMaps(&p, "", from, to)
+	return p
+}
+
+func diffValue(p *Patch, ptr string, a, b any) {
+	switch x := a.(type) {
+	case map[string]any:
+		if y, ok := b.(map[string]any); ok {
+			diffMaps(p, ptr, x, y)
+			return
+		}
+	case []any:
+		if y, ok := b.([]any); ok {
+			diffLists(p, ptr, x, y)
+			return
+		}
+	}
+	if !Equal(a, b) {
+		*p = append(*p, PatchOperation{Op: "replace", Path: ptr, Value: b})
+	}
+}
+
+func diffMaps(p *Patch, ptr string, a, b map[string]any) {
+	if len(a) > 0 && len(b) > 0 && mapID(a) == mapID(b) {
+		return
+	}
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		av, inA := a[k]
+		bv, inB := b[k]
+		switch {
+		case !inB:
+			*p = append(*p, PatchOperation{Op: "remove", Path: AppendPointer(ptr, k)})
+		case !inA:
+			*p = append(*p, PatchOperation{Op: "add", Path: AppendPointer(ptr, k), Value: bv})
+		default:
+			diffValue(p, AppendPointer(ptr, k), av, bv)
+		}
+	}
+}
+
+// diffLists patches a into b. Elements kept in place are diffed recursively; when the
+// lengths differ, a longest common subsequence of equal elements decides which elements
+// are removed and which are added, so that removing one argument is one operation.
+func diffLists(p *Patch, ptr string, a, b []any) {
+	if len(a) == len(b) {
+		if len(a) > 0 && listID(a) == listID(b) {
+			return
+		}
+		for i := range a {
+			diffValue(p, AppendIndex(ptr, i), a[i], b[i])
+		}
+		return
+	}
+	if len(a)*len(b) > maxLCSCells {
+		n := min(len(a), len(b))
+		for i := 0; i < n; i++ {
+			diffValue(p, AppendIndex(ptr, i), a[i], b[i])
+		}
+		for i := len(a) - 1; i >= n; i-- {
+			*p = append(*p, PatchOperation{Op: "remove", Path: AppendIndex(ptr, i)})
+		}
+		for i := n; i < len(b); i++ {
+			*p = append(*p, PatchOperation{Op: "add", Path: AppendIndex(ptr, i), Value: b[i]})
+		}
+		return
+	}
+	// lcs[i][j] is the LCS length of a[i:] and b[j:].
+	w := len(b) + 1
+	lcs := make([]int, (len(a)+1)*w)
+	for i := len(a) - 1; i >= 0; i-- {
+		for j := len(b) - 1; j >= 0; j-- {
+			if Equal(a[i], b[j]) {
+				lcs[i*w+j] = lcs[(i+1)*w+j+1] + 1
+			} else {
+				lcs[i*w+j] = max(lcs[(i+1)*w+j], lcs[i*w+j+1])
+			}
+		}
+	}
+	// Walk the alignment; idx is the position in the list as patched so far.
+	i, j, idx := 0, 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case i < len(a) && j < len(b) && Equal(a[i], b[j]):
+			i, j, idx = i+1, j+1, idx+1
+		case i < len(a) && j < len(b) && lcs[i*w+j] == lcs[(i+1)*w+j+1]:
+			// Pairing the two costs no common element: change a[i] into b[j] in place.
+			diffValue(p, AppendIndex(ptr, idx), a[i], b[j])
+			i, j, idx = i+1, j+1, idx+1
+		case j < len(b) && (i == len(a) || lcs[i*w+j+1] >= lcs[(i+1)*w+j]):
+			*p = append(*p, PatchOperation{Op: "add", Path: AppendIndex(ptr, idx), Value: b[j]})
+			j, idx = j+1, idx+1
+		default:
+			*p = append(*p, PatchOperation{Op: "remove", Path: AppendIndex(ptr, idx)})
+			i++
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// compiled is a mutator with its place in the total order and its cached properties.
+type compiled struct {
+	m        Mutator
+	id       ID
+	rank     int
+	targets  []Target
+	reinvoke Reinvocation
+	failure  FailurePolicy
+}
+
+type indexKey struct {
+	gvk schema.GroupVersionKind
+	op  Operation
+}
+
+// Set is an immutable, indexed and ordered collection of mutators. It is safe for
+// concurrent use.
+type Set struct {
+	all        []*compiled
+	exact      map[schema.GroupVersionKind][]*compiled // mutators with an exact target for the GVK
+	wildcard   []*compiled                             // mutators with any target holding "*"
+	finalizers []Finalizer
+	cache      sync.Map // indexKey -> []*compiled
+	cached     atomic.Int64
+}
+
+// maxCachedKeys bounds the candidate cache, so that requests naming made-up kinds cannot
+// grow it without end.
+const maxCachedKeys = 4096
+
+// NewSet orders and indexes mutators. Two mutators with the same ID are an error.
+func NewSet(mutators []Mutator, finalizers ...Finalizer) (*Set, error) {
+	s := &Set{exact: make(map[schema.GroupVersionKind][]*compiled), finalizers: finalizers}
+	for _, m := range mutators {
+		s.all = append(s.all, &compiled{
+			m: m, id: m.ID(), targets: m.Targets(), reinvoke: m.Reinvocation(), failure: m.FailurePolicy(),
+		})
+	}
+	slices.SortStableFunc(s.all, func(a, b *compiled) int { return a.id.Compare(b.id) })
+	for i, c := range s.all {
+		c.rank = i
+		if i > 0 && s.all[i-1].id == c.id {
+			return nil, fmt.Errorf("two policies are both named %s: names must be unique", c.id)
+		}
+		wild := false
+		for _, t := range c.targets {
+			if !t.exact() {
+				wild = true
+				continue
+			}
+			gvk := schema.GroupVersionKind{Group: t.Group, Version: t.Version, Kind: t.Kind}
+			if l := s.exact[gvk]; len(l) == 0 || l[len(l)-1] != c {
+				s.exact[gvk] = append(l, c)
+			}
+		}
+		if wild {
+			s.wildcard = append(s.wildcard, c)
+		}
+	}
+	return s, nil
+}
+
+// Len is the number of mutators.
+func (s *Set) Len() int { return len(s.all) }
+
+// Mutators returns the mutators in order.
+func (s *Set) Mutators() []Mutator {
+	out := make([]Mutator, len(s.all))
+	for i, c := range s.all {
+		out[i] = c.m
+	}
+	return out
+}
+
+// candidates returns, in order, the mutators with a target naming gvk and op.
+func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled {
+	key := indexKey{gvk, op}
+	if v, ok := s.cache.Load(key); ok {
+		return v.([]*compiled)
+	}
+	var out []*compiled
+	add := func(c *compiled) {
+		for _, t := range c.targets {
+			if t.matches(gvk, op) {
+				out = append(out, c)
+				return
+			}
+		}
+	}
+	exact := s.exact[gvk]
+	i, j := 0, 0
+	for i < len(exact) || j < len(s.wildcard) {
+		switch {
+		case j == len(s.wildcard) || (i < len(exact) && exact[i].rank < s.wildcard[j].rank):
+			add(exact[i])
+			i++
+		case i == len(exact) || s.wildcard[j].rank < exact[i].rank:
+			add(s.wildcard[j])
+			j++
+		default: // the same mutator in both lists
+			add(exact[i])
+			i++
+			j++
+		}
+	}
+	if s.cached.Add(1) <= maxCachedKeys {
+		s.cache.Store(key, out)
+	}
+	return out
+}
+
+// Candidates lists, in order, the IDs of the mutators whose targets name gvk and op.
+func (s *Set) Candidates(gvk schema.GroupVersionKind, op Operation) []ID {
+	cs := s.candidates(gvk, op)
+	ids := make([]ID, len(cs))
+	for i, c := range cs {
+		ids[i] = c.id
+	}
+	return ids
+}

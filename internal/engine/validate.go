@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Violation is one failed validation rule.
+type Violation struct {
+	ID      ID
+	Field   string
+	Message string
+	// Deny refuses the object; otherwise the violation is a warning.
+	Deny bool
+}
+
+// Validator checks objects (Katalog validation rules).
+type Validator interface {
+	ID() ID
+	Targets() []Target
+	Validate(ctx context.Context, req *Request, obj map[string]any) ([]Violation, error)
+}
+
+// Validators is an ordered collection of validators.
+type Validators struct {
+	all []Validator
+}
+
+// NewValidators orders validators by ID.
+func NewValidators(vs []Validator) *Validators {
+	all := slices.Clone(vs)
+	slices.SortStableFunc(all, func(a, b Validator) int { return a.ID().Compare(b.ID()) })
+	return &Validators{all: all}
+}
+
+// Len is the number of validators.
+func (v *Validators) Len() int { return len(v.all) }
+
+// Validate runs every validator whose targets name the request's kind and operation on
+// obj. A validator's own error is reported as a warning and never denies the object.
+func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]any) (violations []Violation, warnings []string) {
+	for _, val := range v.all {
+		if !targetsMatch(val.Targets(), req.Kind, req.Operation) {
+			continue
+		}
+		vs, err := val.Validate(ctx, req, obj)
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s: validation skipped: %v", val.ID(), err))
+			continue
+		}
+		violations = append(violations, vs...)
+	}
+	return violations, warnings
+}
+
+func targetsMatch(ts []Target, gvk schema.GroupVersionKind, op Operation) bool {
+	for _, t := range ts {
+		if t.matches(gvk, op) {
+			return true
+		}
+	}
+	return false
+}
+
+// Converter converts objects of one group and kind between the versions it knows (CRD
+// conversion, Katalog conversion paths).
+type Converter interface {
+	ID() ID
+	GroupKind() schema.GroupKind
+	// Convert returns obj at toAPIVersion ("group/version"). obj is not modified.
+	Convert(ctx context.Context, obj map[string]any, toAPIVersion string) (map[string]any, error)
+}

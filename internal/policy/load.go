@@ -1,0 +1,128 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// Bundle is what a dialect compiled from its documents.
+type Bundle struct {
+	Mutators   []engine.Mutator
+	Finalizers []engine.Finalizer
+	Validators []engine.Validator
+	Converters []engine.Converter
+	// Warnings are load-time problems that did not reject a policy outright (a mutator
+	// skipped for a schema conflict, a rule that does nothing), each naming the policy.
+	Warnings []string
+}
+
+// Add appends another bundle's contents.
+func (b *Bundle) Add(o *Bundle) {
+	if o == nil {
+		return
+	}
+	b.Mutators = append(b.Mutators, o.Mutators...)
+	b.Finalizers = append(b.Finalizers, o.Finalizers...)
+	b.Validators = append(b.Validators, o.Validators...)
+	b.Converters = append(b.Converters, o.Converters...)
+	b.Warnings = append(b.Warnings, o.Warnings...)
+}
+
+// Dialect compiles the policy documents of one language.
+type Dialect interface {
+	// Name is the dialect's short name ("gatekeeper", "cel", "katalog").
+	Name() string
+	// Handles reports whether a document of this apiVersion and kind is one of the
+	// dialect's policies.
+	Handles(apiVersion, kind string) bool
+	// Compile compiles all of the dialect's documents together (some checks, such as
+	// Gatekeeper's schema conflicts, span documents). A rejected policy is an error
+	// located with Document.Errorf; the other policies are still returned.
+	Compile(docs []Document) (*Bundle, error)
+}
+
+// Loader routes documents to dialects.
+type Loader struct {
+	dialects []Dialect
+}
+
+// NewLoader returns a loader for the given dialects.
+func NewLoader(dialects ...Dialect) *Loader { return &Loader{dialects: dialects} }
+
+// Group returns the API group of an apiVersion ("" for the core group).
+func Group(apiVersion string) string {
+	if i := strings.IndexByte(apiVersion, '/'); i >= 0 {
+		return apiVersion[:i]
+	}
+	return ""
+}
+
+// Load compiles the policy documents. Documents no dialect handles are returned as
+// others (a policy folder may hold context objects such as CRDs or params). The error
+// joins every rejected policy; the bundle holds everything that compiled.
+func (l *Loader) Load(docs []Document) (*Bundle, []Document, error) {
+	byDialect := make([][]Document, len(l.dialects))
+	var others []Document
+	var errs []error
+	for _, d := range docs {
+		if d.APIVersion() == "" || d.Kind() == "" {
+			errs = append(errs, d.Errorf("", "not a Kubernetes object: apiVersion and kind are required"))
+			continue
+		}
+		routed := false
+		for i, dl := range l.dialects {
+			if dl.Handles(d.APIVersion(), d.Kind()) {
+				byDialect[i] = append(byDialect[i], d)
+				routed = true
+				break
+			}
+		}
+		if !routed {
+			others = append(others, d)
+		}
+	}
+	out := &Bundle{}
+	for i, dl := range l.dialects {
+		if len(byDialect[i]) == 0 {
+			continue
+		}
+		b, err := dl.Compile(byDialect[i])
+		out.Add(b)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, others, errors.Join(errs...)
+}
+
+// Known reports whether some dialect handles the document.
+func (l *Loader) Known(d Document) bool {
+	for _, dl := range l.dialects {
+		if dl.Handles(d.APIVersion(), d.Kind()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors splits a joined error into its parts, for printing one per line.
+func Errors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		var out []error
+		for _, e := range joined.Unwrap() {
+			out = append(out, Errors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// ErrNoPolicies is returned when the given paths hold no policy at all.
+var ErrNoPolicies = fmt.Errorf("no policies found: give files or folders holding Gatekeeper mutators, MutatingPolicies, MutatingAdmissionPolicies or Katalogs")
