@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+type applyOptions struct {
+	policies  []string
+	files     []string
+	contexts  []string
+	operation string
+	old       []string
+	userinfo  string
+	source    string
+	output    string
+	explain   bool
+	mode      string
+	namespace string
+}
+
+func newApplyCommand(newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	o := &applyOptions{}
+	cmd := &cobra.Command{
+		Use:   "apply -p POLICY... -f FILE...",
+		Short: "Mutate YAML or JSON objects with policies, offline",
+		Long: `Mutate objects with policies, offline, and print them in input order.
+
+POLICY and FILE are files, folders (their .yaml, .yml and .json files) or - for
+standard input. Context objects (--context) stand for what exists in the cluster:
+Namespaces (for namespaceSelector), CRDs (schemas), params and other objects
+policies read. Non-policy documents found among the policies are context too.
+
+Exit codes: 0 done (changed or not), 1 a policy or input could not be loaded or
+evaluated, 2 usage, 3 an object was denied by a validation rule.`,
+		Example: `  morph apply -p examples/gatekeeper/policies -f examples/gatekeeper/pod.yaml
+  kustomize build . | morph apply -p policies/ -f -
+  morph apply -p policies/ -f deploy.yaml -o patch
+  morph apply -p policies/ -f deploy.yaml --explain -o diff`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), newLoader, stdin, stdout, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVarP(&o.policies, "policy", "p", nil, "policy files or folders (repeatable)")
+	f.StringSliceVarP(&o.files, "filename", "f", nil, "objects to mutate: files, folders or - for stdin (repeatable)")
+	f.StringSliceVar(&o.contexts, "context", nil, "objects that exist in the cluster: Namespaces, CRDs, params (repeatable)")
+	f.StringVar(&o.operation, "operation", "CREATE", "admission operation: CREATE, UPDATE or DELETE")
+	f.StringSliceVar(&o.old, "old", nil, "the stored objects, for UPDATE and DELETE (matched by kind, namespace and name)")
+	f.StringVar(&o.userinfo, "userinfo", "", "file with the requesting user: username, uid, groups, extra")
+	f.StringVar(&o.source, "source", "Original", "object source for Gatekeeper's match.source: All, Original or Generated")
+	f.StringVarP(&o.output, "output", "o", "yaml", "output: yaml, json, patch (one RFC 6902 patch per object per line) or diff")
+	f.BoolVar(&o.explain, "explain", false, "print to stderr which mutator changed which paths, in which pass")
+	f.StringVar(&o.mode, "mode", "admission", "admission (mutate, then validate) or reconcile (validate first unless the policy says mutateFirst)")
+	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace for namespaced objects that name none")
+	return cmd
+}
+
+func (o *applyOptions) validate() error {
+	if len(o.policies) == 0 {
+		return usagef("--policy/-p is required")
+	}
+	if len(o.files) == 0 {
+		return usagef("--filename/-f is required")
+	}
+	stdins := 0
+	for _, p := range append(append(append([]string{}, o.policies...), o.files...), o.contexts...) {
+		if p == "-" {
+			stdins++
+		}
+	}
+	if stdins > 1 {
+		return usagef("only one of --policy, --filename and --context may read standard input (-)")
+	}
+	switch o.output {
+	case "yaml", "json", "patch", "diff":
+	default:
+		return usagef("--output %q: use yaml, json, patch or diff", o.output)
+	}
+	switch o.mode {
+	case "admission", "reconcile":
+	default:
+		return usagef("--mode %q: use admission or reconcile", o.mode)
+	}
+	switch engine.Source(o.source) {
+	case engine.SourceAll, engine.SourceOriginal, engine.SourceGenerated:
+	default:
+		return usagef("--source %q: use All, Original or Generated", o.source)
+	}
+	if _, err := engine.ParseOperation(o.operation); err != nil {
+		return usageError{fmt.Errorf("--operation: %w", err)}
+	}
+	return nil
+}
+
+// runtime is everything loaded from the command line.
+type runtime struct {
+	store       *objects.Store
+	set         *engine.Set
+	validators  *engine.Validators
+	mutateFirst map[engine.ID]bool
+}
+
+// loadRuntime reads context and policies. Every problem is printed; the error only
+// carries the exit code.
+func loadRuntime(newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*runtime, error) {
+	store := objects.NewStore()
+	ctxDocs, err := policy.Read(contextPaths, stdin)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ctxDocs {
+		if err := store.Add(d.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Where(), err)
+		}
+	}
+	docs, err := policy.Read(policyPaths, stdin)
+	if err != nil {
+		return nil, err
+	}
+	loader := newLoader(store)
+	// Non-policy documents among the policies are context (CRDs, params, Namespaces).
+	// They are added before compiling, so that policies can use them.
+	var policyDocs []policy.Document
+	for _, d := range docs {
+		if loader.Known(d) {
+			policyDocs = append(policyDocs, d)
+			continue
+		}
+		if err := store.Add(d.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Where(), err)
+		}
+	}
+	if len(policyDocs) == 0 {
+		return nil, fmt.Errorf("%s: %w", strings.Join(policyPaths, ", "), policy.ErrNoPolicies)
+	}
+	bundle, _, err := loader.Load(policyDocs)
+	for _, w := range bundle.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if err != nil {
+		for _, e := range policy.Errors(err) {
+			fmt.Fprintln(stderr, "error:", e)
+		}
+		return nil, reportedError{errors.New("policies could not be loaded")}
+	}
+	set, err := engine.NewSet(bundle.Mutators, bundle.Finalizers...)
+	if err != nil {
+		return nil, err
+	}
+	rt := &runtime{store: store, set: set, validators: engine.NewValidators(bundle.Validators), mutateFirst: map[engine.ID]bool{}}
+	for _, v := range bundle.Validators {
+		if mf, ok := v.(interface{ MutateFirst() bool }); ok && mf.MutateFirst() {
+			rt.mutateFirst[v.ID()] = true
+		}
+	}
+	return rt, nil
+}
+
+func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	rt, err := loadRuntime(newLoader, o.policies, o.contexts, stdin, stderr)
+	if err != nil {
+		return err
+	}
+	inputs, err := policy.Read(o.files, stdin)
+	if err != nil {
+		return err
+	}
+	olds, err := policy.Read(o.old, stdin)
+	if err != nil {
+		return err
+	}
+	user, err := readUserInfo(o.userinfo)
+	if err != nil {
+		return err
+	}
+	op, _ := engine.ParseOperation(o.operation)
+
+	var outputs []map[string]any
+	var patches []engine.Patch
+	failed, denied := 0, 0
+	for _, d := range inputs {
+		req, err := o.request(rt.store, d, op, olds, user)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
+			failed++
+			continue
+		}
+		res, violations, err := o.evaluate(ctx, rt, req)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
+			failed++
+			continue
+		}
+		for _, w := range res.Warnings {
+			fmt.Fprintf(stderr, "warning: %s: %s\n", d.Where(), w)
+		}
+		deniedHere := false
+		for _, v := range violations {
+			if v.Deny {
+				deniedHere = true
+				fmt.Fprintf(stderr, "denied: %s: %s: %s\n", d.Where(), v.ID, v.Message)
+			} else {
+				fmt.Fprintf(stderr, "warning: %s: %s: %s\n", d.Where(), v.ID, v.Message)
+			}
+		}
+		if o.explain {
+			explain(stderr, d, res)
+		}
+		if deniedHere {
+			denied++
+			continue
+		}
+		outputs = append(outputs, res.Object)
+		patches = append(patches, res.Patch)
+		if o.output == "diff" {
+			if err := writeDiff(stdout, d, req.Object, res.Object); err != nil {
+				return err
+			}
+		}
+	}
+	if err := o.print(stdout, outputs, patches); err != nil {
+		return err
+	}
+	switch {
+	case failed > 0:
+		return reportedError{fmt.Errorf("%d object(s) failed", failed)}
+	case denied > 0:
+		return deniedError{denied}
+	}
+	return nil
+}
+
+// evaluate mutates and validates one object in the order the mode asks for.
+func (o *applyOptions) evaluate(ctx context.Context, rt *runtime, req *engine.Request) (*engine.Result, []engine.Violation, error) {
+	var before []engine.Violation
+	if o.mode == "reconcile" {
+		// At reconcile time validation runs first, except for policies that ask for
+		// mutation first; those validate the mutated object below.
+		vs, warnings := rt.validators.Validate(ctx, req, req.Object)
+		for _, v := range vs {
+			if !rt.mutateFirst[v.ID] {
+				before = append(before, v)
+			}
+		}
+		for _, v := range before {
+			if v.Deny {
+				return &engine.Result{Object: req.Object, Warnings: warnings}, before, nil
+			}
+		}
+	}
+	res, err := rt.set.Mutate(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	after, warnings := rt.validators.Validate(ctx, req, res.Object)
+	res.Warnings = append(res.Warnings, warnings...)
+	if o.mode == "reconcile" {
+		kept := before
+		for _, v := range after {
+			if rt.mutateFirst[v.ID] {
+				kept = append(kept, v)
+			}
+		}
+		return res, kept, nil
+	}
+	return res, after, nil
+}
+
+func (o *applyOptions) request(store *objects.Store, d policy.Document, op engine.Operation, olds []policy.Document, user engine.UserInfo) (*engine.Request, error) {
+	gv, err := schema.ParseGroupVersion(d.APIVersion())
+	if err != nil || d.Kind() == "" {
+		return nil, fmt.Errorf("not a Kubernetes object: apiVersion and kind are required")
+	}
+	gvk := gv.WithKind(d.Kind())
+	obj := d.Object
+	ns := d.Namespace()
+	if ns == "" && store.Namespaced(gvk.Group, gvk.Kind) {
+		ns = o.namespace
+	}
+	req := &engine.Request{
+		UID:       "", // offline requests carry no uid
+		Kind:      gvk,
+		Operation: op,
+		Namespace: ns,
+		Name:      d.Name(),
+		Object:    obj,
+		UserInfo:  user,
+		Source:    engine.Source(o.source),
+	}
+	if req.Source == engine.SourceAll {
+		req.Source = engine.SourceOriginal
+	}
+	if gvk.Group == "" && gvk.Kind == "Namespace" {
+		req.NamespaceObject = obj
+	} else if ns != "" {
+		if nsObj, ok := store.Namespace(ns); ok {
+			req.NamespaceObject = nsObj
+		} else {
+			// The API server labels every Namespace with its name; a Namespace not
+			// given as context is taken to carry only that label.
+			req.NamespaceObject = map[string]any{
+				"apiVersion": "v1", "kind": "Namespace",
+				"metadata": map[string]any{"name": ns, "labels": map[string]any{"kubernetes.io/metadata.name": ns}},
+			}
+		}
+	}
+	for _, old := range olds {
+		if old.APIVersion() == d.APIVersion() && old.Kind() == d.Kind() && old.Name() == d.Name() &&
+			(old.Namespace() == d.Namespace() || old.Namespace() == ns) {
+			req.OldObject = old.Object
+			break
+		}
+	}
+	if (op == engine.Update || op == engine.Delete) && req.OldObject == nil && len(olds) > 0 {
+		return nil, fmt.Errorf("no object in --old matches %s %s/%s", d.Kind(), ns, d.Name())
+	}
+	if op == engine.Delete && req.OldObject == nil {
+		req.OldObject = obj
+	}
+	return req, nil
+}
+
+func readUserInfo(path string) (engine.UserInfo, error) {
+	var u engine.UserInfo
+	if path == "" {
+		return u, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return u, fmt.Errorf("--userinfo: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, &u); err != nil {
+		return u, fmt.Errorf("--userinfo %s: expected username, uid, groups and extra: %w", path, err)
+	}
+	return u, nil
+}
+
+func (o *applyOptions) print(w io.Writer, outputs []map[string]any, patches []engine.Patch) error {
+	switch o.output {
+	case "yaml":
+		for i, obj := range outputs {
+			b, err := yaml.Marshal(obj)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				if _, err := io.WriteString(w, "---\n"); err != nil {
+					return err
+				}
+			}
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+		}
+	case "json":
+		var v any = map[string]any{"apiVersion": "v1", "kind": "List", "items": outputs}
+		if len(outputs) == 1 {
+			v = outputs[0]
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "patch":
+		for _, p := range patches {
+			b, err := p.JSON()
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func writeDiff(w io.Writer, d policy.Document, before, after map[string]any) error {
+	a, err := yaml.Marshal(before)
+	if err != nil {
+		return err
+	}
+	b, err := yaml.Marshal(after)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(a, b) {
+		return nil
+	}
+	name := objectName(d)
+	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
+		FromFile: name + " (input)", ToFile: name + " (mutated)", Context: 3,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, text)
+	return err
+}
+
+func objectName(d policy.Document) string {
+	if ns := d.Namespace(); ns != "" {
+		return fmt.Sprintf("%s %s/%s", d.Kind(), ns, d.Name())
+	}
+	return fmt.Sprintf("%s %s", d.Kind(), d.Name())
+}
+
+func explain(w io.Writer, d policy.Document, res *engine.Result) {
+	mutated := res.Mutated()
+	fmt.Fprintf(w, "%s (%s): ", objectName(d), d.Where())
+	if len(mutated) == 0 {
+		fmt.Fprintf(w, "not mutated (%d passes)\n", res.Passes)
+	} else {
+		fmt.Fprintf(w, "changed by %d mutator(s) in %d pass(es)\n", len(mutated), res.Passes)
+	}
+	for _, c := range res.Trace {
+		fmt.Fprintf(w, "  pass %d  %-40s %s\n", c.Pass, c.ID, strings.Join(c.Paths, ", "))
+	}
+	for _, f := range res.Failures {
+		fmt.Fprintf(w, "  skipped %s: %v\n", f.ID, f.Err)
+	}
+	for _, note := range explainNotes(d, res) {
+		fmt.Fprintf(w, "  %s\n", note)
+	}
+}

@@ -1,0 +1,166 @@
+package policy
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    []string // kind/name of each document
+		wantIdx []int
+		wantErr string
+	}{
+		{name: "multi-document with comments and empty documents",
+			in:   "# leading comment\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n---\n# only a comment\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n--- # trailing\n",
+			want: []string{"Pod/a", "Pod/b"}, wantIdx: []int{2, 4}},
+		{name: "json", in: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"}}`, want: []string{"Pod/j"}, wantIdx: []int{1}},
+		{name: "list expanded", in: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: x}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: w}\n",
+			want: []string{"Pod/x", "Pod/w"}, wantIdx: []int{1, 1}},
+		{name: "scalar document", in: "---\njust a string\n", wantErr: "f.yaml: document 2: expected an object with apiVersion and kind, found a string"},
+		{name: "invalid yaml", in: "apiVersion: v1\nkind: [Pod\n", wantErr: "f.yaml: document 1: not valid YAML or JSON"},
+		{name: "list item not an object", in: "apiVersion: v1\nkind: List\nitems: [1]\n", wantErr: "items[0]: expected an object, found a number"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			docs, err := Decode("f.yaml", []byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("want error %q, got %v", tt.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			var idx []int
+			for _, d := range docs {
+				got = append(got, d.Kind()+"/"+d.Name())
+				idx = append(idx, d.Index)
+			}
+			if !reflect.DeepEqual(got, tt.want) || !reflect.DeepEqual(idx, tt.wantIdx) {
+				t.Fatalf("got %v %v, want %v %v", got, idx, tt.want, tt.wantIdx)
+			}
+		})
+	}
+}
+
+func TestDecodeNormalizesNumbers(t *testing.T) {
+	docs, err := Decode("f", []byte("apiVersion: v1\nkind: X\nmetadata: {name: n}\nspec: {replicas: 3, ratio: 0.5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := docs[0].Object["spec"].(map[string]any)
+	if _, ok := spec["replicas"].(int64); !ok {
+		t.Fatalf("replicas is %T, want int64", spec["replicas"])
+	}
+	if _, ok := spec["ratio"].(float64); !ok {
+		t.Fatalf("ratio is %T, want float64", spec["ratio"])
+	}
+}
+
+func TestReadFolderInLexicalOrderSkippingHidden(t *testing.T) {
+	docs, err := Read([]string{"testdata/folder"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range docs {
+		got = append(got, d.Name())
+	}
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("got %v, want a,b,c", got)
+	}
+}
+
+func TestReadStdin(t *testing.T) {
+	docs, err := Read([]string{"-"}, strings.NewReader("apiVersion: v1\nkind: Pod\nmetadata: {name: s}\n"))
+	if err != nil || len(docs) != 1 || docs[0].File != "-" {
+		t.Fatalf("got %v, %v", docs, err)
+	}
+	if _, err := Read([]string{"-"}, nil); err == nil {
+		t.Fatal("want an error when stdin is not available")
+	}
+}
+
+func TestReadMissing(t *testing.T) {
+	_, err := Read([]string{"testdata/nope.yaml"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "testdata/nope.yaml") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+}
+
+func TestErrorLocation(t *testing.T) {
+	d := Document{File: "policies/pull.yaml", Index: 2, Object: map[string]any{"kind": "Assign", "metadata": map[string]any{"name": "always-pull"}}}
+	err := d.Errorf("spec.location", "unexpected %q at column %d", "]", 18)
+	want := `policies/pull.yaml: document 2 (Assign "always-pull"): spec.location: unexpected "]" at column 18`
+	if err.Error() != want {
+		t.Fatalf("got  %s\nwant %s", err, want)
+	}
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Field != "spec.location" {
+		t.Fatal("error must unwrap to *policy.Error")
+	}
+}
+
+type fakeDialect struct{ name, group string }
+
+func (f fakeDialect) Name() string { return f.name }
+func (f fakeDialect) Handles(apiVersion, _ string) bool {
+	return Group(apiVersion) == f.group
+}
+func (f fakeDialect) Compile(docs []Document) (*Bundle, error) {
+	var errs []error
+	for _, d := range docs {
+		if d.Name() == "bad" {
+			errs = append(errs, d.Errorf("spec", "bad policy"))
+		}
+	}
+	return &Bundle{Warnings: []string{f.name}}, errors.Join(errs...)
+}
+
+func TestLoaderRoutes(t *testing.T) {
+	docs, err := Decode("p.yaml", []byte("apiVersion: a.io/v1\nkind: P\nmetadata: {name: ok}\n---\napiVersion: b.io/v1\nkind: P\nmetadata: {name: bad}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns}\n---\nfoo: bar\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLoader(fakeDialect{"a", "a.io"}, fakeDialect{"b", "b.io"})
+	b, others, err := l.Load(docs)
+	errs := Errors(err)
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "document 4: apiVersion and kind are required") && !strings.Contains(errs[0].Error(), "not a Kubernetes object") {
+		t.Fatalf("errors: %v", errs)
+	}
+	if !strings.Contains(errs[1].Error(), `p.yaml: document 2 (P "bad"): spec: bad policy`) {
+		t.Fatalf("errors: %v", errs)
+	}
+	if len(others) != 1 || others[0].Kind() != "Namespace" {
+		t.Fatalf("others: %v", others)
+	}
+	if strings.Join(b.Warnings, ",") != "a,b" {
+		t.Fatalf("bundle warnings %v", b.Warnings)
+	}
+}
+
+// FuzzDecode checks that no input makes the reader panic, and that every document it
+// returns is an object.
+func FuzzDecode(f *testing.F) {
+	f.Add("apiVersion: v1\nkind: Pod\n---\nkind: List\nitems: [{}]\n")
+	f.Add(`{"a":[1,2,{"b":null}]}`)
+	f.Add("--- \n---\n- a\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		docs, err := Decode("fuzz", []byte(in))
+		if err != nil {
+			return
+		}
+		for _, d := range docs {
+			if d.Object == nil {
+				t.Fatalf("nil object from %q", in)
+			}
+		}
+	})
+}
