@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
@@ -13,7 +14,13 @@ import (
 // newDialects builds the loader for every dialect morph reads. This is the one place
 // that knows the dialects.
 func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
-	return policy.NewLoader()
+	return policy.NewLoader(
+		gatekeeper.New(gatekeeper.Options{
+			Objects:             store,
+			MutationAnnotations: opts.mutationAnnotations,
+			AllowExternalData:   opts.allowExternalData,
+		}),
+	)
 }
 
 // addDialectCommands adds the commands that belong to one dialect.

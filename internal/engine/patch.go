@@ -80,9 +80,13 @@ func diffMaps(p *Patch, ptr string, a, b map[string]any) {
 	if len(a) > 0 && len(b) > 0 && mapID(a) == mapID(b) {
 		return
 	}
-	keys := make([]string, 0, len(a)+len(b))
-	for k := range a {
-		keys = append(keys, k)
+	// Only keys whose values differ need a pointer; most keys of a changed map are
+	// shared with the original, so they are skipped before any allocation.
+	var keys []string
+	for k, av := range a {
+		if bv, ok := b[k]; !ok || !same(av, bv) {
+			keys = append(keys, k)
+		}
 	}
 	for k := range b {
 		if _, ok := a[k]; !ok {
@@ -102,6 +106,20 @@ func diffMaps(p *Patch, ptr string, a, b map[string]any) {
 			diffValue(p, AppendPointer(ptr, k), av, bv)
 		}
 	}
+}
+
+// same is a cheap equality test that never allocates: the same container, or equal
+// scalars. Containers that are not the same are compared by diffValue.
+func same(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		return ok && len(x) == len(y) && (len(x) == 0 || mapID(x) == mapID(y))
+	case []any:
+		y, ok := b.([]any)
+		return ok && len(x) == len(y) && (len(x) == 0 || listID(x) == listID(y))
+	}
+	return Equal(a, b)
 }
 
 // diffLists patches a into b. Elements kept in place are diffed recursively; when the

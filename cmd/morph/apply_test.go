@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// runMorph runs the CLI in-process.
+func runMorph(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/morph -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("%s differs:\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+const examples = "../../examples"
+
+// TestQuickStart runs the README's first command and compares with its golden output.
+func TestQuickStart(t *testing.T) {
+	out, errOut, code := runMorph(t, "", "apply", "-p", examples+"/policies", "-f", examples+"/manifests", "--context", examples+"/context")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, "quickstart.yaml", out)
+}
+
+func TestApplyOutputs(t *testing.T) {
+	manifest, err := os.ReadFile(examples + "/manifests/checkout-pod.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"yaml", "json", "patch", "diff"} {
+		t.Run(format, func(t *testing.T) {
+			// The manifest comes on stdin, as in `kustomize build . | morph apply -f -`.
+			out, errOut, code := runMorph(t, string(manifest), "apply", "-p", examples+"/policies/gatekeeper-pod-defaults.yaml",
+				"--context", examples+"/context", "-f", "-", "-o", format)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden(t, "checkout."+format, out)
+		})
+	}
+}
+
+func TestApplyExplain(t *testing.T) {
+	_, errOut, code := runMorph(t, "", "apply", "-p", examples+"/policies/gatekeeper-pod-defaults.yaml", "--context", examples+"/context",
+		"-f", examples+"/manifests/checkout-pod.yaml", "--explain")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, "checkout.explain", strings.ReplaceAll(errOut, examples, "examples"))
+}
+
+func TestApplyErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte(`apiVersion: mutations.gatekeeper.sh/v1
+kind: Assign
+metadata: {name: bad}
+spec:
+  applyTo: [{groups: [""], kinds: [Pod], versions: [v1]}]
+  location: "spec.containers[name: foo]].x"
+  parameters: {assign: {value: 1}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := examples + "/manifests/checkout-pod.yaml"
+	pols := examples + "/policies"
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		message string
+	}{
+		{"no policy", []string{"apply", "-f", pod}, exitUsage, "--policy/-p is required"},
+		{"no input", []string{"apply", "-p", pols}, exitUsage, "--filename/-f is required"},
+		{"bad output", []string{"apply", "-p", pols, "-f", pod, "-o", "xml"}, exitUsage, `--output "xml": use yaml, json, patch or diff`},
+		{"bad operation", []string{"apply", "-p", pols, "-f", pod, "--operation", "PATCH"}, exitUsage, `unknown operation "PATCH"`},
+		{"bad source", []string{"apply", "-p", pols, "-f", pod, "--source", "Mine"}, exitUsage, `--source "Mine"`},
+		{"two stdins", []string{"apply", "-p", "-", "-f", "-"}, exitUsage, "only one of"},
+		{"unknown flag", []string{"apply", "--nope"}, exitUsage, "unknown flag: --nope"},
+		{"malformed location", []string{"apply", "-p", bad, "-f", pod}, exitError,
+			`bad.yaml: document 1 (Assign "bad"): spec.location: unexpected "]": expected "." or "[" at column 27`},
+		{"missing file", []string{"apply", "-p", pols, "-f", "nope.yaml"}, exitError, "nope.yaml: stat nope.yaml: no such file or directory"},
+		{"no policies", []string{"apply", "-p", examples + "/context", "-f", pod}, exitError, "no policies found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runMorph(t, "", tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, errOut)
+			}
+			if !strings.Contains(errOut, tt.message) {
+				t.Fatalf("stderr %q does not contain %q", errOut, tt.message)
+			}
+			if tt.code != exitOK && out != "" {
+				t.Fatalf("stdout should be empty on error, got %q", out)
+			}
+		})
+	}
+}
+
+// TestApplyWorkload is the issue's proof: morph apply of the benchmark workload gives
+// exactly expected-pod.json, and applying the mutators again changes nothing.
+func TestApplyWorkload(t *testing.T) {
+	dir := "../../bench/testdata/gatekeeper-workload"
+	out, errOut, code := runMorph(t, "", "apply", "-p", dir+"/mutators-100.yaml", "-f", dir+"/pod.json", "--context", dir+"/namespace.json", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got, want map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(dir + "/expected-pod.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !engine.Equal(got, want) {
+		t.Fatalf("morph apply gave\n%s\nwant expected-pod.json", out)
+	}
+	again := filepath.Join(t.TempDir(), "mutated.json")
+	if err := os.WriteFile(again, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	patch, errOut, code := runMorph(t, "", "apply", "-p", dir+"/mutators-100.yaml", "-f", again, "--context", dir+"/namespace.json", "-o", "patch")
+	if code != exitOK || strings.TrimSpace(patch) != "[]" {
+		t.Fatalf("second apply: exit %d, patch %s, stderr %s", code, patch, errOut)
+	}
+}

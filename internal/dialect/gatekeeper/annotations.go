@@ -1,0 +1,115 @@
+package gatekeeper
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// The annotations Gatekeeper's --mutation-annotations adds.
+const (
+	AnnotationMutationID = "gatekeeper.sh/mutation-id"
+	AnnotationMutations  = "gatekeeper.sh/mutations"
+)
+
+// annotationFinalizer adds the mutation annotations to an object the Gatekeeper
+// mutators changed. The engine does not hand a finalizer the trace of the run, so it
+// runs the dialect's own mutators again, alone, to learn which of them changed the
+// object, as Gatekeeper (which knows only its own mutators) would.
+type annotationFinalizer struct {
+	set   *engine.Set
+	names map[engine.ID]string
+}
+
+func newAnnotationFinalizer(ms []*mutator) (*annotationFinalizer, error) {
+	f := &annotationFinalizer{names: make(map[engine.ID]string, len(ms))}
+	list := make([]engine.Mutator, len(ms))
+	for i, m := range ms {
+		list[i] = m
+		f.names[m.id] = m.annotationName()
+	}
+	set, err := engine.NewSet(list)
+	if err != nil {
+		return nil, err
+	}
+	f.set = set
+	return f, nil
+}
+
+// Name names the finalizer in traces.
+func (f *annotationFinalizer) Name() string { return "gatekeeper-mutation-annotations" }
+
+// Finalize writes gatekeeper.sh/mutations (Kind//name:generation, sorted, joined by
+// ", ") and gatekeeper.sh/mutation-id, a UUID derived from the request UID or, without
+// one, from the submitted object, so the same input always gives the same output.
+func (f *annotationFinalizer) Finalize(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, []string, error) {
+	res, err := f.set.Mutate(ctx, req)
+	if err != nil {
+		return obj, []string{fmt.Sprintf("mutation annotations skipped: %v", err)}, nil
+	}
+	var names []string
+	for _, id := range res.Mutated() {
+		names = append(names, f.names[id])
+	}
+	if len(names) == 0 {
+		return obj, nil, nil
+	}
+	slices.Sort(names)
+	id, err := mutationID(req)
+	if err != nil {
+		return obj, nil, fmt.Errorf("mutation id: %w", err)
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	want := map[string]string{AnnotationMutations: strings.Join(names, ", "), AnnotationMutationID: id}
+	var newAnn map[string]any
+	for _, k := range []string{AnnotationMutationID, AnnotationMutations} {
+		if cur, ok := ann[k].(string); ok && cur == want[k] {
+			continue
+		}
+		if newAnn == nil {
+			newAnn = w.Map(ann)
+		}
+		newAnn[k] = want[k]
+		w.Changed(engine.Pointer("metadata", "annotations", k))
+	}
+	if newAnn == nil {
+		return obj, nil, nil
+	}
+	newMeta := w.Map(meta)
+	newMeta["annotations"] = newAnn
+	out := w.Map(obj)
+	out["metadata"] = newMeta
+	return out, nil, nil
+}
+
+// mutationID is a name-based (version 5) UUID of the request UID, or of the submitted
+// object's JSON (map keys sorted) when the request has no UID (offline).
+func mutationID(req *engine.Request) (string, error) {
+	name := "uid:" + req.UID
+	if req.UID == "" {
+		raw, err := json.Marshal(req.Object)
+		if err != nil {
+			return "", err
+		}
+		name = "object:" + string(raw)
+	}
+	// The namespace UUID of morph's mutation ids (itself a v5 UUID of "morph.dev").
+	ns := [16]byte{0x6b, 0x1f, 0x3c, 0x52, 0x9e, 0x4d, 0x5a, 0x07, 0x8c, 0x31, 0x2d, 0x90, 0x4e, 0x7a, 0x15, 0xc8}
+	h := sha1.New()
+	h.Write(ns[:])
+	h.Write([]byte(name))
+	sum := h.Sum(nil)
+	var u [16]byte
+	copy(u[:], sum)
+	u[6] = (u[6] & 0x0f) | 0x50
+	u[8] = (u[8] & 0x3f) | 0x80
+	x := hex.EncodeToString(u[:])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:], nil
+}

@@ -1,0 +1,621 @@
+package gatekeeper
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/morph-dev/morph/internal/dialect/gatekeeper/path"
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// The mutator kinds.
+const (
+	kindAssign         = "Assign"
+	kindAssignMetadata = "AssignMetadata"
+	kindModifySet      = "ModifySet"
+	kindAssignImage    = "AssignImage"
+)
+
+// mutator is one compiled Gatekeeper mutator: its match, its location with the compiled
+// pathTests, and the setter of its kind.
+type mutator struct {
+	doc        policy.Document
+	id         engine.ID
+	generation int64
+	targets    []engine.Target
+	gvks       []schema.GroupVersionKind // from applyTo, for schema conflicts
+	match      *matcher
+	loc        path.Path
+	tester     *path.Tester
+	set        setter
+	failure    engine.FailurePolicy
+	// leaf is the type the mutator gives the value at its location, for schema conflicts.
+	leaf schemaType
+	// external is set when the value comes from an external data provider.
+	external *externalRef
+}
+
+func (m *mutator) ID() ID                              { return m.id }
+func (m *mutator) Targets() []engine.Target            { return m.targets }
+func (m *mutator) Reinvocation() engine.Reinvocation   { return engine.ReinvokeIfNeeded }
+func (m *mutator) FailurePolicy() engine.FailurePolicy { return m.failure }
+
+// ID is the engine's mutator identity.
+type ID = engine.ID
+
+// Matches evaluates spec.match; applyTo (group, version, kind, operation) is already
+// enforced by the engine through Targets.
+func (m *mutator) Matches(_ context.Context, req *engine.Request, obj map[string]any) (bool, error) {
+	return m.match.matches(req, obj)
+}
+
+// Mutate walks the location and applies the kind's setter.
+func (m *mutator) Mutate(_ context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+	wk := walker{loc: m.loc, tester: m.tester, set: m.set, env: env{req: req, obj: obj, id: &m.id}, w: w}
+	out, changed, err := wk.walk(obj)
+	if err != nil {
+		return nil, fmt.Errorf("location %s: %w", m.loc.String(), err)
+	}
+	if !changed {
+		return obj, nil
+	}
+	return out, nil
+}
+
+// annotationName is the mutator as Gatekeeper's gatekeeper.sh/mutations annotation
+// names it: Kind/namespace/name:generation (mutators are cluster-scoped, so the
+// namespace is empty).
+func (m *mutator) annotationName() string {
+	return m.id.Kind + "//" + m.id.Name + ":" + strconv.FormatInt(m.generation, 10)
+}
+
+// compiler holds what compiling one batch of documents needs.
+type compiler struct {
+	opts      Options
+	grammar   imageGrammar
+	providers map[string]*provider
+	refs      []*externalRef
+}
+
+// compileMutator compiles one mutator document.
+func (c *compiler) compileMutator(doc policy.Document) (*mutator, error) {
+	f := fields{doc: doc}
+	kind := doc.Kind()
+	if err := f.known(doc.Object, "", "apiVersion", "kind", "metadata", "spec", "status"); err != nil {
+		return nil, err
+	}
+	name := doc.Name()
+	if name == "" {
+		return nil, f.errorf("metadata.name", "required: name the mutator")
+	}
+	if doc.Namespace() != "" {
+		return nil, f.errorf("metadata.namespace", "Gatekeeper mutators are cluster-scoped: remove the namespace")
+	}
+	m := &mutator{doc: doc, id: engine.ID{Dialect: dialectName, Kind: kind, Name: name}, generation: 1, failure: engine.FailIgnore}
+	if c.opts.FailClosed {
+		m.failure = engine.FailClose
+	}
+	meta, _ := doc.Object["metadata"].(map[string]any)
+	if ann, _ := meta["annotations"].(map[string]any); ann != nil {
+		if v, ok := ann[OrderAnnotation]; ok {
+			s, _ := v.(string)
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return nil, f.errorf("metadata.annotations."+OrderAnnotation, "%q is not an integer", s)
+			}
+			m.id.Order = n
+		}
+	}
+	if g, ok := meta["generation"].(int64); ok && g > 0 {
+		m.generation = g
+	}
+	spec, err := f.object(doc.Object["spec"], "spec")
+	if err != nil {
+		return nil, err
+	}
+	if spec == nil {
+		return nil, f.errorf("spec", "required")
+	}
+	allowed := []string{"applyTo", "match", "location", "parameters"}
+	if kind == kindAssignMetadata {
+		allowed = []string{"match", "location", "parameters"}
+	}
+	if err := f.known(spec, "spec", allowed...); err != nil {
+		return nil, err
+	}
+	if m.match, err = parseMatch(f, spec["match"], c.opts.Objects); err != nil {
+		return nil, err
+	}
+	locText, err := f.str(spec["location"], "spec.location")
+	if err != nil {
+		return nil, err
+	}
+	if locText == "" {
+		return nil, f.errorf("spec.location", "required: give the path to change, such as spec.containers[name: *].imagePullPolicy")
+	}
+	if m.loc, err = path.Parse(locText); err != nil {
+		return nil, f.doc.Wrap("spec.location", err)
+	}
+	if err := checkLocation(f, kind, m.loc); err != nil {
+		return nil, err
+	}
+	params, err := f.object(spec["parameters"], "spec.parameters")
+	if err != nil {
+		return nil, err
+	}
+	if kind == kindAssignMetadata {
+		m.targets = metadataTargets(m.match)
+	} else if m.targets, m.gvks, err = parseApplyTo(f, spec["applyTo"]); err != nil {
+		return nil, err
+	}
+	var tests []path.Test
+	switch kind {
+	case kindAssign:
+		err = c.assign(f, m, params)
+	case kindAssignMetadata:
+		err = c.assignMetadata(f, m, params)
+	case kindModifySet:
+		err = c.modifySet(f, m, params)
+	case kindAssignImage:
+		err = c.assignImage(f, m, params)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if kind != kindAssignMetadata {
+		if tests, err = parsePathTests(f, params["pathTests"]); err != nil {
+			return nil, err
+		}
+	}
+	if m.tester, err = path.NewTester(m.loc, tests); err != nil {
+		return nil, f.errorf("spec.parameters.pathTests", "%v", err)
+	}
+	return m, nil
+}
+
+// checkLocation enforces what each kind may address.
+func checkLocation(f fields, kind string, loc path.Path) error {
+	const field = "spec.location"
+	nodes := loc.Nodes
+	for i := 0; i+1 < len(nodes); i++ {
+		if nodes[i].Kind == path.List && nodes[i+1].Kind == path.Field && nodes[i+1].Name == nodes[i].Name {
+			return f.errorf(field, "%s changes the key field %q of the list %s: a key cannot be changed, address the element instead", loc.String(), nodes[i].Name, loc.Prefix(i))
+		}
+	}
+	last := loc.Last()
+	if kind == kindAssignMetadata {
+		if len(nodes) != 3 || nodes[0].Name != "metadata" || (nodes[1].Name != "labels" && nodes[1].Name != "annotations") || nodes[1].Kind != path.Field || nodes[2].Kind != path.Field {
+			return f.errorf(field, "AssignMetadata may only set metadata.labels.<key> or metadata.annotations.<key>, not %s", loc.String())
+		}
+		return nil
+	}
+	if nodes[0].Name == "metadata" {
+		return f.errorf(field, "%s may not change metadata: use an AssignMetadata mutator for labels and annotations", kind)
+	}
+	if last.Kind == path.List && last.Glob {
+		return f.errorf(field, "%s ends in the glob [%s: *]: assigning to every element of a list is not allowed; address one element or a field below the glob", loc.String(), last.Name)
+	}
+	if last.Kind == path.List && kind != kindAssign {
+		return f.errorf(field, "%s ends in a list element: %s must end in a field", loc.String(), kind)
+	}
+	return nil
+}
+
+// parseApplyTo reads spec.applyTo into engine targets. "kind" is accepted as an alias of
+// "kinds": the Policy Controller documentation's Jobs example spells it that way.
+func parseApplyTo(f fields, v any) ([]engine.Target, []schema.GroupVersionKind, error) {
+	const field = "spec.applyTo"
+	entries, err := f.list(v, field)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(entries) == 0 {
+		return nil, nil, f.errorf(field, "required: list the groups, versions and kinds the mutator changes, such as {groups: [\"\"], versions: [v1], kinds: [Pod]}")
+	}
+	var targets []engine.Target
+	var gvks []schema.GroupVersionKind
+	for i, e := range entries {
+		ef := fmt.Sprintf("%s[%d]", field, i)
+		em, err := f.object(e, ef)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := f.known(em, ef, "groups", "versions", "kinds", "kind", "operations"); err != nil {
+			return nil, nil, err
+		}
+		lists := map[string][]string{}
+		for _, k := range []string{"groups", "versions", "kinds", "kind", "operations"} {
+			if lists[k], err = f.strings(em[k], ef+"."+k); err != nil {
+				return nil, nil, err
+			}
+		}
+		kinds := append(lists["kinds"], lists["kind"]...)
+		for _, k := range []string{"groups", "versions", "kinds"} {
+			l := lists[k]
+			if k == "kinds" {
+				l = kinds
+			}
+			if len(l) == 0 {
+				return nil, nil, f.errorf(ef+"."+k, "required: applyTo needs groups, versions and kinds")
+			}
+			if slices.Contains(l, "*") {
+				return nil, nil, f.errorf(ef+"."+k, "applyTo does not accept globs: list the exact values")
+			}
+		}
+		var ops engine.OperationSet
+		if len(lists["operations"]) == 0 {
+			ops = createUpdate()
+		}
+		for j, o := range lists["operations"] {
+			switch o {
+			case "*":
+				ops |= createUpdate()
+			case string(engine.Create), string(engine.Update):
+				s, _ := engine.OperationsOf(o)
+				ops |= s
+			default:
+				return nil, nil, f.errorf(fmt.Sprintf("%s.operations[%d]", ef, j), "%q: Gatekeeper mutates on CREATE and UPDATE only (or * for both)", o)
+			}
+		}
+		for _, g := range lists["groups"] {
+			for _, ver := range lists["versions"] {
+				for _, k := range kinds {
+					targets = append(targets, engine.Target{Group: g, Version: ver, Kind: k, Operations: ops})
+					gvk := schema.GroupVersionKind{Group: g, Version: ver, Kind: k}
+					if !slices.Contains(gvks, gvk) {
+						gvks = append(gvks, gvk)
+					}
+				}
+			}
+		}
+	}
+	return targets, gvks, nil
+}
+
+func createUpdate() engine.OperationSet {
+	s, _ := engine.OperationsOf(string(engine.Create), string(engine.Update))
+	return s
+}
+
+// metadataTargets derives AssignMetadata's targets from match.kinds (it has no applyTo):
+// every version, CREATE and UPDATE.
+func metadataTargets(m *matcher) []engine.Target {
+	ops := createUpdate()
+	if m.kindsGlobal {
+		return []engine.Target{{Group: "*", Version: "*", Kind: "*", Operations: ops}}
+	}
+	var out []engine.Target
+	for _, k := range m.kinds {
+		groups, kinds := k.groups, k.kinds
+		if k.anyGroup {
+			groups = []string{"*"}
+		}
+		if k.anyKind {
+			kinds = []string{"*"}
+		}
+		for _, g := range groups {
+			for _, kd := range kinds {
+				t := engine.Target{Group: g, Version: "*", Kind: kd, Operations: ops}
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func parsePathTests(f fields, v any) ([]path.Test, error) {
+	const field = "spec.parameters.pathTests"
+	l, err := f.list(v, field)
+	if err != nil {
+		return nil, err
+	}
+	tests := make([]path.Test, 0, len(l))
+	for i, e := range l {
+		ef := fmt.Sprintf("%s[%d]", field, i)
+		em, err := f.object(e, ef)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.known(em, ef, "subPath", "condition"); err != nil {
+			return nil, err
+		}
+		sub, err := f.str(em["subPath"], ef+".subPath")
+		if err != nil {
+			return nil, err
+		}
+		p, err := path.Parse(sub)
+		if err != nil {
+			return nil, f.doc.Wrap(ef+".subPath", err)
+		}
+		cs, err := f.str(em["condition"], ef+".condition")
+		if err != nil {
+			return nil, err
+		}
+		cond, err := path.ParseCondition(cs)
+		if err != nil {
+			return nil, f.doc.Wrap(ef+".condition", err)
+		}
+		tests = append(tests, path.Test{SubPath: p, Condition: cond})
+	}
+	return tests, nil
+}
+
+// assignSource is where Assign and AssignMetadata take their value from.
+type assignSource struct {
+	value        any
+	fromMetadata string // "", "namespace" or "name"
+	external     *externalRef
+}
+
+func (c *compiler) parseAssign(f fields, m *mutator, params map[string]any, metadata bool) (assignSource, error) {
+	const field = "spec.parameters.assign"
+	var src assignSource
+	a, err := f.object(params["assign"], field)
+	if err != nil {
+		return src, err
+	}
+	if a == nil {
+		return src, f.errorf(field, "required: give assign.value, assign.fromMetadata or assign.externalData")
+	}
+	if err := f.known(a, field, "value", "fromMetadata", "externalData"); err != nil {
+		return src, err
+	}
+	_, hasValue := a["value"]
+	set := 0
+	for _, k := range []string{"value", "fromMetadata", "externalData"} {
+		if _, ok := a[k]; ok {
+			set++
+		}
+	}
+	if set != 1 {
+		return src, f.errorf(field, "give exactly one of value, fromMetadata and externalData")
+	}
+	switch {
+	case hasValue:
+		src.value = a["value"]
+	case a["fromMetadata"] != nil:
+		fm, err := f.object(a["fromMetadata"], field+".fromMetadata")
+		if err != nil {
+			return src, err
+		}
+		if err := f.known(fm, field+".fromMetadata", "field"); err != nil {
+			return src, err
+		}
+		src.fromMetadata, err = f.str(fm["field"], field+".fromMetadata.field")
+		if err != nil {
+			return src, err
+		}
+		if src.fromMetadata != "namespace" && src.fromMetadata != "name" {
+			return src, f.errorf(field+".fromMetadata.field", "%q: use namespace or name", src.fromMetadata)
+		}
+	default:
+		if metadata {
+			return src, f.errorf(field+".externalData", "AssignMetadata cannot take external data: use an Assign mutator")
+		}
+		if src.external, err = c.parseExternal(f, m, a["externalData"]); err != nil {
+			return src, err
+		}
+	}
+	return src, nil
+}
+
+func (c *compiler) assign(f fields, m *mutator, params map[string]any) error {
+	if params == nil {
+		return f.errorf("spec.parameters", "required: give parameters.assign")
+	}
+	if err := f.known(params, "spec.parameters", "assign", "pathTests"); err != nil {
+		return err
+	}
+	src, err := c.parseAssign(f, m, params, false)
+	if err != nil {
+		return err
+	}
+	if last := m.loc.Last(); last.Kind == path.List {
+		if src.fromMetadata != "" || src.external != nil {
+			return f.errorf("spec.parameters.assign", "a location ending in a list element needs an object value")
+		}
+		obj, ok := src.value.(map[string]any)
+		if !ok || !keyMatches(obj[last.Name], last.Value) {
+			return f.errorf("spec.parameters.assign.value", "the location %s ends in a list element: the value must be an object whose %q is %v", m.loc.String(), last.Name, last.Value)
+		}
+	}
+	m.external = src.external
+	m.set = &assignSetter{src: src}
+	return nil
+}
+
+func (c *compiler) assignMetadata(f fields, m *mutator, params map[string]any) error {
+	if params == nil {
+		return f.errorf("spec.parameters", "required: give parameters.assign")
+	}
+	if err := f.known(params, "spec.parameters", "assign"); err != nil {
+		return err
+	}
+	src, err := c.parseAssign(f, m, params, true)
+	if err != nil {
+		return err
+	}
+	if src.fromMetadata == "" {
+		if _, ok := src.value.(string); !ok {
+			return f.errorf("spec.parameters.assign.value", "labels and annotations are strings: found %s", describe(src.value))
+		}
+	}
+	m.set = &metadataSetter{src: src}
+	return nil
+}
+
+func (c *compiler) modifySet(f fields, m *mutator, params map[string]any) error {
+	const field = "spec.parameters"
+	if params == nil {
+		return f.errorf(field, "required: give parameters.values.fromList")
+	}
+	if err := f.known(params, field, "operation", "values", "pathTests"); err != nil {
+		return err
+	}
+	op, err := f.str(params["operation"], field+".operation")
+	if err != nil {
+		return err
+	}
+	s := &setSetter{}
+	switch op {
+	case "", "merge":
+	case "prune":
+		s.prune = true
+	default:
+		return f.errorf(field+".operation", "%q: use merge or prune", op)
+	}
+	vals, err := f.object(params["values"], field+".values")
+	if err != nil {
+		return err
+	}
+	if err := f.known(vals, field+".values", "fromList"); err != nil {
+		return err
+	}
+	if s.values, err = f.list(vals["fromList"], field+".values.fromList"); err != nil {
+		return err
+	}
+	m.leaf = schemaType{kind: schemaSet}
+	m.set = s
+	return nil
+}
+
+func (c *compiler) assignImage(f fields, m *mutator, params map[string]any) error {
+	const field = "spec.parameters"
+	if params == nil {
+		return f.errorf(field, "required: give assignDomain, assignPath or assignTag")
+	}
+	if err := f.known(params, field, "assignDomain", "assignPath", "assignTag", "pathTests"); err != nil {
+		return err
+	}
+	var p imageParts
+	var err error
+	for _, x := range []struct {
+		key string
+		out *string
+	}{{"assignDomain", &p.domain}, {"assignPath", &p.path}, {"assignTag", &p.tag}} {
+		if *x.out, err = f.str(params[x.key], field+"."+x.key); err != nil {
+			return err
+		}
+	}
+	if bad, err := p.validate(c.grammar); err != nil {
+		return f.errorf(bad, "%v", err)
+	}
+	m.leaf = schemaType{kind: schemaString}
+	m.set = &imageSetter{parts: p}
+	return nil
+}
+
+// assignSetter is Assign: the value at the location becomes the given value.
+type assignSetter struct {
+	src assignSource
+}
+
+func (s *assignSetter) set(e env, cur any, exists bool) (any, bool, error) {
+	if s.src.external != nil {
+		return s.src.external.placeholder(e, cur, exists)
+	}
+	v := s.src.value
+	if s.src.fromMetadata != "" {
+		v = metadataValue(e, s.src.fromMetadata)
+	}
+	if exists && engine.Equal(cur, v) {
+		return cur, false, nil
+	}
+	return engine.DeepCopy(v), true, nil
+}
+
+// metadataSetter is AssignMetadata: it adds a label or annotation and never changes an
+// existing one.
+type metadataSetter struct {
+	src assignSource
+}
+
+func (s *metadataSetter) set(e env, cur any, exists bool) (any, bool, error) {
+	if exists {
+		return cur, false, nil
+	}
+	if s.src.fromMetadata != "" {
+		return metadataValue(e, s.src.fromMetadata), true, nil
+	}
+	return s.src.value, true, nil
+}
+
+func metadataValue(e env, field string) string {
+	meta, _ := e.obj["metadata"].(map[string]any)
+	s, _ := meta[field].(string)
+	if s == "" && field == "namespace" {
+		s = e.req.Namespace
+	}
+	return s
+}
+
+// setSetter is ModifySet: merge appends the missing values at the end, in order; prune
+// removes every element equal to one of the values.
+type setSetter struct {
+	values []any
+	prune  bool
+}
+
+func (s *setSetter) set(_ env, cur any, exists bool) (any, bool, error) {
+	var l []any
+	if exists && cur != nil {
+		var ok bool
+		if l, ok = cur.([]any); !ok {
+			return nil, false, fmt.Errorf("expected a list, found %s", describe(cur))
+		}
+	}
+	if s.prune {
+		kept := -1 // index of the first removed element
+		for i, e := range l {
+			if s.contains(e) {
+				kept = i
+				break
+			}
+		}
+		if kept < 0 {
+			return cur, false, nil
+		}
+		out := make([]any, 0, len(l)-1)
+		for _, e := range l {
+			if !s.contains(e) {
+				out = append(out, e)
+			}
+		}
+		return out, true, nil
+	}
+	missing := 0
+	for i, v := range s.values {
+		if !containsValue(l, v) && !containsValue(s.values[:i], v) {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return cur, false, nil
+	}
+	out := make([]any, len(l), len(l)+missing)
+	copy(out, l)
+	for _, v := range s.values {
+		if !containsValue(out, v) {
+			out = append(out, engine.DeepCopy(v))
+		}
+	}
+	return out, true, nil
+}
+
+func (s *setSetter) contains(v any) bool { return containsValue(s.values, v) }
+
+func containsValue(l []any, v any) bool {
+	for _, e := range l {
+		if engine.Equal(e, v) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,246 @@
+package gatekeeper
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/morph-dev/morph/internal/dialect/gatekeeper/path"
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// setter decides what happens at the end of a location; it is all a mutator kind adds
+// to the one walker. Given the current value (exists is false when the field or list
+// element is missing) it returns the new value and whether it differs. It must not
+// modify cur: it returns a new value instead.
+type setter interface {
+	set(env env, cur any, exists bool) (next any, changed bool, err error)
+}
+
+// env is what a setter may read about the request. It is passed by value, so that a walk
+// that changes nothing allocates nothing.
+type env struct {
+	req *engine.Request
+	obj map[string]any
+	id  *engine.ID
+}
+
+// walker descends one location of one mutator through an object, creating missing
+// parents and keyed-list elements, visiting every element of a glob, and copying on write
+// through the engine's Writer. It records a JSON Pointer for every value a setter
+// changed, and knows that something changed only because a setter said so.
+type walker struct {
+	loc    path.Path
+	tester *path.Tester
+	set    setter
+	env    env
+	w      *engine.Writer
+	segs   [inlineSegs]seg
+	deep   []seg // the segments beyond inlineSegs, for deep locations
+}
+
+// seg is the pointer segment of one node of the location: a field name or a list
+// index. The walker keeps them in a fixed array (on the stack for the usual short
+// locations); the pointer string is built only when something changed.
+type seg struct {
+	key   string
+	index int // -1 for a field
+}
+
+// inlineSegs is the location depth the walker handles without allocating.
+const inlineSegs = 16
+
+func (wk *walker) seg(i int) *seg {
+	if i < inlineSegs {
+		return &wk.segs[i]
+	}
+	return &wk.deep[i-inlineSegs]
+}
+
+// pointer returns the JSON Pointer of the value at node i.
+func (wk *walker) pointer(i int) string {
+	parts := make([]string, i+1)
+	for j := 0; j <= i; j++ {
+		s := wk.seg(j)
+		if s.index >= 0 {
+			parts[j] = "/" + strconv.Itoa(s.index)
+		} else {
+			parts[j] = engine.AppendPointer("", s.key)
+		}
+	}
+	return strings.Join(parts, "")
+}
+
+// walk applies the setter at the location in obj and returns the new object, or obj
+// itself when nothing changed.
+func (wk *walker) walk(obj map[string]any) (map[string]any, bool, error) {
+	if n := len(wk.loc.Nodes); n > inlineSegs {
+		wk.deep = make([]seg, n-inlineSegs)
+	}
+	return wk.field(obj, 0)
+}
+
+// field applies node i, a field, to obj (nil when obj does not exist yet: it is created
+// only if something below changes).
+func (wk *walker) field(obj map[string]any, i int) (map[string]any, bool, error) {
+	nodes := wk.loc.Nodes
+	n := &nodes[i]
+	child, exists := obj[n.Name]
+	last := i == len(nodes)-1
+	if !last && child == nil {
+		exists = false // null parents are created like missing ones
+	}
+	if !wk.tester.Allows(i, exists) {
+		return obj, false, nil
+	}
+	*wk.seg(i) = seg{key: n.Name, index: -1}
+	var next any
+	var changed bool
+	var err error
+	switch {
+	case last:
+		next, changed, err = wk.set.set(wk.env, child, exists)
+		if changed {
+			wk.w.Changed(wk.pointer(i))
+		}
+	case nodes[i+1].Kind == path.List:
+		l, ok := child.([]any)
+		if exists && !ok {
+			return obj, false, wk.mismatch(i, "a list", child)
+		}
+		var nl []any
+		if nl, changed, err = wk.list(l, i+1); changed {
+			next = nl
+		}
+	default:
+		m, ok := child.(map[string]any)
+		if exists && !ok {
+			return obj, false, wk.mismatch(i, "an object", child)
+		}
+		var nm map[string]any
+		if nm, changed, err = wk.field(m, i+1); changed {
+			next = nm
+		}
+	}
+	if err != nil || !changed {
+		return obj, false, err
+	}
+	out := wk.w.Map(obj)
+	out[n.Name] = next
+	return out, true, nil
+}
+
+// list applies node i, a keyed list, to l (nil when the list does not exist yet).
+func (wk *walker) list(l []any, i int) ([]any, bool, error) {
+	nodes := wk.loc.Nodes
+	n := &nodes[i]
+	if n.Glob {
+		// A glob visits the existing elements that have the key field; it never creates one.
+		var out []any
+		for j, e := range l {
+			em, ok := e.(map[string]any)
+			if !ok {
+				continue
+			}
+			if _, has := em[n.Name]; !has {
+				continue
+			}
+			if !wk.tester.Allows(i, true) {
+				return l, false, nil
+			}
+			*wk.seg(i) = seg{index: j}
+			ne, changed, err := wk.field(em, i+1)
+			if err != nil {
+				return l, false, err
+			}
+			if changed {
+				if out == nil {
+					out = wk.w.List(l, 0)
+				}
+				out[j] = ne
+			}
+		}
+		if out == nil {
+			return l, false, nil
+		}
+		return out, true, nil
+	}
+	idx := -1
+	for j, e := range l {
+		if em, ok := e.(map[string]any); ok && keyMatches(em[n.Name], n.Value) {
+			idx = j
+			break
+		}
+	}
+	exists := idx >= 0
+	if !wk.tester.Allows(i, exists) {
+		return l, false, nil
+	}
+	at := idx
+	if !exists {
+		at = len(l)
+	}
+	*wk.seg(i) = seg{index: at}
+	var next any
+	var changed bool
+	var err error
+	if i == len(nodes)-1 {
+		var cur any
+		if exists {
+			cur = l[idx]
+		}
+		next, changed, err = wk.set.set(wk.env, cur, exists)
+		if changed {
+			if m, ok := next.(map[string]any); !ok || !keyMatches(m[n.Name], n.Value) {
+				return l, false, fmt.Errorf("%s: the value must be an object whose %q is %v, as the location says", wk.loc.Prefix(i+1), n.Name, n.Value)
+			}
+			wk.w.Changed(wk.pointer(i))
+		}
+	} else {
+		var elem map[string]any
+		if exists {
+			elem = l[idx].(map[string]any)
+		}
+		var ne map[string]any
+		if ne, changed, err = wk.field(elem, i+1); changed {
+			if !exists {
+				ne[n.Name] = n.Value // a created element gets its key
+			}
+			next = ne
+		}
+	}
+	if err != nil || !changed {
+		return l, false, err
+	}
+	if exists {
+		out := wk.w.List(l, 0)
+		out[idx] = next
+		return out, true, nil
+	}
+	out := wk.w.List(l, 1)
+	return append(out, next), true, nil
+}
+
+func (wk *walker) mismatch(i int, want string, found any) error {
+	return fmt.Errorf("%s: expected %s, found %s; the location does not fit this object", wk.loc.Prefix(i+1), want, describe(found))
+}
+
+// keyMatches compares a list element's key field with a key value of a location: a
+// string equals a string, an integer equals a number of the same value.
+func keyMatches(v, want any) bool {
+	switch w := want.(type) {
+	case string:
+		s, ok := v.(string)
+		return ok && s == w
+	case int64:
+		switch x := v.(type) {
+		case int64:
+			return x == w
+		case float64:
+			return x == float64(w)
+		case int:
+			return int64(x) == w
+		}
+	}
+	return false
+}
