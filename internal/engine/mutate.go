@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Mutate applies the set to req.Object and returns the result. The error is non-nil
@@ -33,12 +34,13 @@ func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res *Result) error {
 	var skip []bool
 	w := &Writer{}
+	var changedBy []ID
 restart:
 	obj := req.Object
 	res.Trace = res.Trace[:0]
 	maxPasses := len(cands) + 1
 	for pass := 1; pass <= maxPasses; pass++ {
-		var changedBy []ID
+		changedBy = changedBy[:0]
 		for i, c := range cands {
 			if (pass > 1 && c.reinvoke == ReinvokeNever) || (skip != nil && skip[i]) {
 				continue
@@ -61,7 +63,10 @@ restart:
 			}
 			if w.HasChanges() {
 				obj = next
-				res.Trace = append(res.Trace, Change{ID: c.id, Pass: pass, Paths: append([]string(nil), w.paths...)})
+				if res.Trace == nil {
+					res.Trace = make([]Change, 0, len(cands))
+				}
+				res.Trace = append(res.Trace, Change{ID: c.id, Pass: pass, Paths: slices.Clone(w.paths)})
 				changedBy = append(changedBy, c.id)
 			}
 		}
@@ -71,7 +76,7 @@ restart:
 			return nil
 		}
 		if pass == maxPasses {
-			return &NotConvergedError{Passes: pass, Mutators: changedBy}
+			return &NotConvergedError{Passes: pass, Mutators: slices.Clone(changedBy)}
 		}
 	}
 	res.Object = obj
