@@ -5,7 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/morph-dev/morph/internal/dialect/cel"
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
+	"github.com/morph-dev/morph/internal/dialect/katalog"
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
@@ -20,11 +22,23 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 			MutationAnnotations: opts.mutationAnnotations,
 			AllowExternalData:   opts.allowExternalData,
 		}),
+		cel.New(cel.Options{
+			Objects:        store,
+			HTTPAllowHosts: opts.httpAllowHosts,
+		}),
+		katalog.New(katalog.Options{Objects: store}),
 	)
 }
 
 // addDialectCommands adds the commands that belong to one dialect.
-func addDialectCommands(root *cobra.Command, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) {
+func addDialectCommands(root *cobra.Command, _ func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) {
+	root.AddCommand(newConvertCommand(stdin, stdout, stderr))
+	generate := &cobra.Command{
+		Use:   "generate",
+		Short: "Generate Kubernetes objects from policies",
+	}
+	generate.AddCommand(newGenerateMapCommand(stdin, stdout, stderr))
+	root.AddCommand(generate)
 }
 
 // explainNotes returns dialect-specific lines for --explain.
