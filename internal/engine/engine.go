@@ -253,11 +253,13 @@ type Mutator interface {
 }
 
 // Finalizer runs once after the object converged, for work that must see the whole
-// result (Gatekeeper's external data placeholders, resolved in one batch per provider).
-// Its errors are handled as the returned FailurePolicy says.
+// result: Gatekeeper's external data placeholders, resolved in one batch per provider,
+// and its mutation annotations, which name the mutators in trace. It returns the
+// (possibly changed) object and warnings; an error fails the request, so a finalizer
+// applies its own failure policy and returns an error only when the request must fail.
 type Finalizer interface {
 	Name() string
-	Finalize(ctx context.Context, req *Request, obj map[string]any, w *Writer) (map[string]any, []string, error)
+	Finalize(ctx context.Context, req *Request, obj map[string]any, trace []Change, w *Writer) (map[string]any, []string, error)
 }
 
 // Failure is a mutator that failed and whose changes were dropped.

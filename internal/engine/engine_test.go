@@ -348,7 +348,7 @@ func TestDeterministicPatch(t *testing.T) {
 type recordingFinalizer struct{}
 
 func (recordingFinalizer) Name() string { return "finalizer" }
-func (recordingFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, w *Writer) (map[string]any, []string, error) {
+func (recordingFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, []string, error) {
 	root := w.Map(obj)
 	root["done"] = true
 	w.Changed("/done")

@@ -106,7 +106,7 @@ func (s *Set) finalize(ctx context.Context, req *Request, res *Result) error {
 	w := &Writer{}
 	for _, f := range s.finalizers {
 		w.reset()
-		next, warnings, err := f.Finalize(ctx, req, res.Object, w)
+		next, warnings, err := f.Finalize(ctx, req, res.Object, res.Trace, w)
 		res.Warnings = append(res.Warnings, warnings...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Name(), err)

@@ -19,26 +19,17 @@ const (
 )
 
 // annotationFinalizer adds the mutation annotations to an object the Gatekeeper
-// mutators changed. The engine does not hand a finalizer the trace of the run, so it
-// runs the dialect's own mutators again, alone, to learn which of them changed the
-// object, as Gatekeeper (which knows only its own mutators) would.
+// mutators changed. It names the Gatekeeper mutators of the run's trace, as Gatekeeper
+// (which knows only its own mutators) would.
 type annotationFinalizer struct {
-	set   *engine.Set
 	names map[engine.ID]string
 }
 
 func newAnnotationFinalizer(ms []*mutator) (*annotationFinalizer, error) {
 	f := &annotationFinalizer{names: make(map[engine.ID]string, len(ms))}
-	list := make([]engine.Mutator, len(ms))
-	for i, m := range ms {
-		list[i] = m
+	for _, m := range ms {
 		f.names[m.id] = m.annotationName()
 	}
-	set, err := engine.NewSet(list)
-	if err != nil {
-		return nil, err
-	}
-	f.set = set
 	return f, nil
 }
 
@@ -48,14 +39,12 @@ func (f *annotationFinalizer) Name() string { return "gatekeeper-mutation-annota
 // Finalize writes gatekeeper.sh/mutations (Kind//name:generation, sorted, joined by
 // ", ") and gatekeeper.sh/mutation-id, a UUID derived from the request UID or, without
 // one, from the submitted object, so the same input always gives the same output.
-func (f *annotationFinalizer) Finalize(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, []string, error) {
-	res, err := f.set.Mutate(ctx, req)
-	if err != nil {
-		return obj, []string{fmt.Sprintf("mutation annotations skipped: %v", err)}, nil
-	}
+func (f *annotationFinalizer) Finalize(_ context.Context, req *engine.Request, obj map[string]any, trace []engine.Change, w *engine.Writer) (map[string]any, []string, error) {
 	var names []string
-	for _, id := range res.Mutated() {
-		names = append(names, f.names[id])
+	for _, c := range trace {
+		if name, ok := f.names[c.ID]; ok && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
 	}
 	if len(names) == 0 {
 		return obj, nil, nil

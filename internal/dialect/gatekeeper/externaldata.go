@@ -288,7 +288,7 @@ type lookup struct {
 
 // Finalize asks each provider once and writes the answers (or what the failure policy
 // says) in place of the placeholders.
-func (f *externalFinalizer) Finalize(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, []string, error) {
+func (f *externalFinalizer) Finalize(ctx context.Context, req *engine.Request, obj map[string]any, _ []engine.Change, w *engine.Writer) (map[string]any, []string, error) {
 	var all []found
 	collect(obj, nil, &all)
 	if len(all) == 0 {

@@ -41,9 +41,7 @@ func (img image) String() string {
 	b.Grow(len(img.domain) + len(img.path) + len(img.tag) + 1)
 	if img.domain != "" {
 		b.WriteString(img.domain)
-		if img.path != "" {
-			b.WriteByte('/')
-		}
+		b.WriteByte('/')
 	}
 	b.WriteString(img.path)
 	b.WriteString(img.tag)
@@ -138,8 +136,12 @@ func (s *imageSetter) set(_ env, cur any, exists bool) (any, bool, error) {
 	if s.parts.tag != "" {
 		img.tag = s.parts.tag
 	}
-	if exists && img == orig {
-		return cur, false, nil
+	if (exists && img == orig) || img.path == "" {
+		return cur, false, nil // nothing to change, or no image to build (no path)
 	}
-	return img.String(), true, nil
+	next := img.String()
+	if parseImage(next) != img {
+		return nil, false, fmt.Errorf("the image %q would become %q, which reads back differently; fix the image or the mutator's parts", ref, next)
+	}
+	return next, true, nil
 }

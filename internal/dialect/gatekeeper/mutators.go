@@ -40,13 +40,10 @@ type mutator struct {
 	external *externalRef
 }
 
-func (m *mutator) ID() ID                              { return m.id }
+func (m *mutator) ID() engine.ID                       { return m.id }
 func (m *mutator) Targets() []engine.Target            { return m.targets }
 func (m *mutator) Reinvocation() engine.Reinvocation   { return engine.ReinvokeIfNeeded }
 func (m *mutator) FailurePolicy() engine.FailurePolicy { return m.failure }
-
-// ID is the engine's mutator identity.
-type ID = engine.ID
 
 // Matches evaluates spec.match; applyTo (group, version, kind, operation) is already
 // enforced by the engine through Targets.
@@ -422,7 +419,7 @@ func (c *compiler) assign(f fields, m *mutator, params map[string]any) error {
 			return f.errorf("spec.parameters.assign", "a location ending in a list element needs an object value")
 		}
 		obj, ok := src.value.(map[string]any)
-		if !ok || !keyMatches(obj[last.Name], last.Value) {
+		if !ok || !last.KeyMatches(obj[last.Name]) {
 			return f.errorf("spec.parameters.assign.value", "the location %s ends in a list element: the value must be an object whose %q is %v", m.loc.String(), last.Name, last.Value)
 		}
 	}

@@ -142,11 +142,9 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 			if !ok {
 				continue
 			}
-			if _, has := em[n.Name]; !has {
+			key, has := em[n.Name]
+			if !has || !wk.tester.AllowsElement(i, key) {
 				continue
-			}
-			if !wk.tester.Allows(i, true) {
-				return l, false, nil
 			}
 			*wk.seg(i) = seg{index: j}
 			ne, changed, err := wk.field(em, i+1)
@@ -167,7 +165,7 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 	}
 	idx := -1
 	for j, e := range l {
-		if em, ok := e.(map[string]any); ok && keyMatches(em[n.Name], n.Value) {
+		if em, ok := e.(map[string]any); ok && n.KeyMatches(em[n.Name]) {
 			idx = j
 			break
 		}
@@ -191,7 +189,7 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 		}
 		next, changed, err = wk.set.set(wk.env, cur, exists)
 		if changed {
-			if m, ok := next.(map[string]any); !ok || !keyMatches(m[n.Name], n.Value) {
+			if m, ok := next.(map[string]any); !ok || !n.KeyMatches(m[n.Name]) {
 				return l, false, fmt.Errorf("%s: the value must be an object whose %q is %v, as the location says", wk.loc.Prefix(i+1), n.Name, n.Value)
 			}
 			wk.w.Changed(wk.pointer(i))
@@ -223,24 +221,4 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 
 func (wk *walker) mismatch(i int, want string, found any) error {
 	return fmt.Errorf("%s: expected %s, found %s; the location does not fit this object", wk.loc.Prefix(i+1), want, describe(found))
-}
-
-// keyMatches compares a list element's key field with a key value of a location: a
-// string equals a string, an integer equals a number of the same value.
-func keyMatches(v, want any) bool {
-	switch w := want.(type) {
-	case string:
-		s, ok := v.(string)
-		return ok && s == w
-	case int64:
-		switch x := v.(type) {
-		case int64:
-			return x == w
-		case float64:
-			return x == float64(w)
-		case int:
-			return int64(x) == w
-		}
-	}
-	return false
 }

@@ -61,7 +61,15 @@ type Error struct {
 	Msg    string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s at column %d", e.Msg, e.Column) }
+// Error reads `unexpected "]" at column 18: expected "." or "["`: what is wrong, where,
+// then what was expected.
+func (e *Error) Error() string {
+	what, hint, ok := strings.Cut(e.Msg, ": ")
+	if !ok {
+		return fmt.Sprintf("%s at column %d", e.Msg, e.Column)
+	}
+	return fmt.Sprintf("%s at column %d: %s", what, e.Column, hint)
+}
 
 // MaxLength bounds the length of a location, so that a hostile policy cannot make the
 // parser or the walker work without end.
@@ -137,7 +145,9 @@ func punctuation(c byte) tokenKind {
 	return tEOF
 }
 
-func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v' }
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\f' || b == '\v'
+}
 
 func (s *scanner) errAt(pos int, format string, args ...any) *Error {
 	return &Error{Column: utf8.RuneCountInString(s.src[:pos]) + 1, Msg: fmt.Sprintf(format, args...)}
@@ -397,17 +407,47 @@ func (n Node) Equal(o Node) bool {
 	return n.Kind == o.Kind && n.Name == o.Name && n.Glob == o.Glob && n.Value == o.Value
 }
 
-// HasPrefix reports whether q is a prefix of (or equal to) p.
+// HasPrefix reports whether q is a prefix of (or equal to) p. A glob of p also
+// accepts a specific key of q ([name: *] and [name: sidecar]), as the Policy Controller
+// documentation's own pathTests example does; such a test concerns that element only.
 func (p Path) HasPrefix(q Path) bool {
 	if len(q.Nodes) > len(p.Nodes) {
 		return false
 	}
-	for i := range q.Nodes {
-		if !p.Nodes[i].Equal(q.Nodes[i]) {
-			return false
+	for i, qn := range q.Nodes {
+		pn := p.Nodes[i]
+		if pn.Equal(qn) {
+			continue
 		}
+		if pn.Kind == List && qn.Kind == List && pn.Glob && pn.Name == qn.Name {
+			continue
+		}
+		return false
 	}
 	return true
+}
+
+// KeyMatches reports whether a list element's key field value v is the key value of a
+// List node: a string equals a string, an integer equals a number of the same value. A
+// glob matches every value.
+func (n Node) KeyMatches(v any) bool {
+	switch w := n.Value.(type) {
+	case nil:
+		return n.Glob
+	case string:
+		s, ok := v.(string)
+		return ok && s == w
+	case int64:
+		switch x := v.(type) {
+		case int64:
+			return x == w
+		case float64:
+			return x == float64(w)
+		case int:
+			return int64(x) == w
+		}
+	}
+	return false
 }
 
 // Last returns the last node.

@@ -46,6 +46,9 @@ type Test struct {
 // exist. The zero Tester (no tests) allows everything.
 type Tester struct {
 	conds []Condition
+	// keys[i] is the list node of a test that names one element where the location
+	// has a glob; the test then concerns that element only.
+	keys []*Node
 	// mustExistFrom[i] holds when some depth >= i has MustExist: then a missing node at
 	// depth i must not be created, since what lies below it would not exist either.
 	mustExistFrom []bool
@@ -55,7 +58,7 @@ type Tester struct {
 // the location; two tests of one depth must agree; a MustNotExist above a MustExist can
 // never hold and is rejected. The error names the index of the offending test.
 func NewTester(location Path, tests []Test) (*Tester, error) {
-	t := &Tester{conds: make([]Condition, len(location.Nodes)), mustExistFrom: make([]bool, len(location.Nodes)+1)}
+	t := &Tester{conds: make([]Condition, len(location.Nodes)), keys: make([]*Node, len(location.Nodes)), mustExistFrom: make([]bool, len(location.Nodes)+1)}
 	for i, tc := range tests {
 		if len(tc.SubPath.Nodes) == 0 {
 			return nil, fmt.Errorf("[%d].subPath: empty", i)
@@ -71,6 +74,15 @@ func NewTester(location Path, tests []Test) (*Tester, error) {
 			return nil, fmt.Errorf("[%d]: %s contradicts the earlier %s test of %q", i, tc.Condition, prev, tc.SubPath.String())
 		}
 		t.conds[d] = tc.Condition
+		for j, n := range tc.SubPath.Nodes {
+			if n.Kind == List && !n.Glob && location.Nodes[j].Glob {
+				if j != d {
+					return nil, fmt.Errorf("[%d].subPath: %q names one element (%s) where the location has a glob; such a test must end at that element", i, tc.SubPath.String(), tc.SubPath.Prefix(j+1))
+				}
+				n := n
+				t.keys[d] = &n
+			}
+		}
 	}
 	for i := len(t.conds) - 1; i >= 0; i-- {
 		t.mustExistFrom[i] = t.mustExistFrom[i+1] || t.conds[i] == MustExist
@@ -94,6 +106,18 @@ func (t *Tester) Allows(depth int, exists bool) bool {
 		return t.conds[depth] != MustNotExist
 	}
 	return !t.mustExistFrom[depth]
+}
+
+// AllowsElement is Allows for an existing element of a glob, given its key value: a
+// test that names another element does not concern it.
+func (t *Tester) AllowsElement(depth int, key any) bool {
+	if t == nil || len(t.conds) == 0 {
+		return true
+	}
+	if k := t.keys[depth]; k != nil && !k.KeyMatches(key) {
+		return true
+	}
+	return t.Allows(depth, true)
 }
 
 // Condition returns the test of a depth.

@@ -1,0 +1,185 @@
+package gatekeeper
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// provider serves Gatekeeper's ProviderRequest on 127.0.0.1 over TLS: /ok answers every
+// key, /slow is slower than the provider timeout, /error answers 500, /system answers a
+// systemError. A key "bad" gets an item error.
+func startProvider(t *testing.T) (*httptest.Server, *atomic.Int32, string) {
+	var calls atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var req providerRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Kind != "ProviderRequest" || req.APIVersion != externalAPIVersion {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		var resp providerResponse
+		resp.APIVersion, resp.Kind = externalAPIVersion, "ProviderResponse"
+		switch r.URL.Path {
+		case "/slow":
+			select {
+			case <-time.After(3 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		case "/error":
+			http.Error(w, "broken", http.StatusInternalServerError)
+			return
+		case "/system":
+			resp.Response.SystemError = "database down"
+		default:
+			for _, k := range req.Request.Keys {
+				it := providerItem{Key: k, Value: "mirror.example.com/" + k}
+				if k == "bad" {
+					it = providerItem{Key: k, Error: "no such image"}
+				}
+				resp.Response.Items = append(resp.Response.Items, it)
+			}
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	}))
+	t.Cleanup(srv.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	return srv, &calls, ca
+}
+
+func externalPolicy(url, ca, failure string) string {
+	return fmt.Sprintf(`apiVersion: externaldata.gatekeeper.sh/v1beta1
+kind: Provider
+metadata: {name: mirror}
+spec:
+  url: %s
+  timeout: 1
+  caBundle: %s
+---
+apiVersion: mutations.gatekeeper.sh/v1
+kind: Assign
+metadata: {name: mirror-images}
+spec:
+  applyTo: [{groups: [""], versions: [v1], kinds: [Pod]}]
+  location: 'spec.containers[name: *].image'
+  parameters:
+    assign:
+      externalData:
+        provider: mirror
+        dataSource: ValueAtLocation
+        failurePolicy: %s
+        default: fallback:1
+`, url, ca, failure)
+}
+
+func TestExternalData(t *testing.T) {
+	srv, calls, ca := startProvider(t)
+	input := `{apiVersion: v1, kind: Pod, metadata: {name: p, namespace: ns}, spec: {containers: [{name: a, image: "nginx:1"}, {name: b, image: "redis:7"}, {name: c, image: "nginx:1"}]}}`
+	tests := []struct {
+		name, path, failure, input string
+		want                       []string // images; nil when the request must fail
+		warn                       string
+	}{
+		{"batched", "/ok", "Fail", input, []string{"mirror.example.com/nginx:1", "mirror.example.com/redis:7", "mirror.example.com/nginx:1"}, ""},
+		{"item error fails", "/ok", "Fail", `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: a, image: bad}]}}`, nil, ""},
+		{"item error ignored", "/ok", "Ignore", `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: a, image: bad}, {name: b, image: "redis:7"}]}}`, []string{"bad", "mirror.example.com/redis:7"}, "no such image"},
+		{"timeout fails", "/slow", "Fail", input, nil, ""},
+		{"timeout uses the default", "/slow", "UseDefault", input, []string{"fallback:1", "fallback:1", "fallback:1"}, "UseDefault"},
+		{"server error ignored", "/error", "Ignore", input, []string{"nginx:1", "redis:7", "nginx:1"}, "500"},
+		{"system error uses the default", "/system", "UseDefault", input, []string{"fallback:1", "fallback:1", "fallback:1"}, "database down"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := compile(t, Options{AllowExternalData: true}, externalPolicy(srv.URL+tc.path, ca, tc.failure))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Finalizers) != 1 {
+				t.Fatalf("%d finalizers", len(b.Finalizers))
+			}
+			set, err := engine.NewSet(b.Mutators, b.Finalizers...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := obj(t, tc.input)
+			before := calls.Load()
+			res, err := set.Mutate(context.Background(), objectRequest(in, nil, engine.Create))
+			if tc.path == "/slow" {
+				// The provider answers after its timeout: the failure must say so.
+				msg := fmt.Sprint(err)
+				if res != nil {
+					msg += strings.Join(res.Warnings, "; ")
+				}
+				if !strings.Contains(msg, "Timeout") && !strings.Contains(msg, "deadline exceeded") && !strings.Contains(msg, "timeout") {
+					t.Errorf("a provider slower than its timeout must fail as a timeout; got %q", msg)
+				}
+			}
+			if n := calls.Load() - before; n != 1 {
+				t.Errorf("%d provider requests, want 1", n)
+			}
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("no error; result %v", res.Object)
+				}
+				if !strings.Contains(err.Error(), "mirror") {
+					t.Errorf("error %q does not name the provider", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := res.Object["spec"].(map[string]any)["containers"].([]any)
+			for i, w := range tc.want {
+				if got := cs[i].(map[string]any)["image"]; got != w {
+					t.Errorf("container %d image = %v, want %v", i, got, w)
+				}
+			}
+			if tc.warn != "" && !strings.Contains(strings.Join(res.Warnings, "\n"), tc.warn) {
+				t.Errorf("warnings %q, want %q", res.Warnings, tc.warn)
+			}
+			if strings.Contains(fmt.Sprint(res.Object), placeholderPrefix) {
+				t.Error("a placeholder was left in the result")
+			}
+		})
+	}
+}
+
+func TestExternalDataCompile(t *testing.T) {
+	_, _, ca := startProvider(t)
+	for _, tc := range []struct{ name, policy, want string }{
+		{"http", externalPolicy("http://127.0.0.1:1/x", ca, "Fail"), "spec.url: \"http://127.0.0.1:1/x\": providers must be reached over https"},
+		{"bad ca", externalPolicy("https://127.0.0.1:1/x", "bm90IHBlbQ==", "Fail"), "spec.caBundle: holds no PEM certificate"},
+		{"failure policy", externalPolicy("https://127.0.0.1:1/x", ca, "Retry"), "failurePolicy: \"Retry\""},
+		{"unknown provider", strings.Replace(externalPolicy("https://127.0.0.1:1/x", ca, "Fail"), "provider: mirror", "provider: other", 1), `no provider named "other"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := compile(t, Options{AllowExternalData: true}, tc.policy)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlaceholderRoundTrip(t *testing.T) {
+	p := placeholder{ref: 3, key: "a\x00b"[:1], original: `{"x":1}`}
+	got, ok := parsePlaceholder(p.String())
+	if !ok || got != p {
+		t.Fatalf("parsePlaceholder = %+v, %v", got, ok)
+	}
+	if _, ok := parsePlaceholder("nginx"); ok {
+		t.Fatal("a plain string parsed as a placeholder")
+	}
+}
