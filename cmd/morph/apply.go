@@ -227,7 +227,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			}
 		}
 		if o.explain {
-			explain(stderr, d, res)
+			explain(stderr, d, res, explainNotes(rt.set, res))
 		}
 		if deniedHere {
 			denied++
@@ -431,7 +431,7 @@ func objectName(d policy.Document) string {
 	return fmt.Sprintf("%s %s", d.Kind(), d.Name())
 }
 
-func explain(w io.Writer, d policy.Document, res *engine.Result) {
+func explain(w io.Writer, d policy.Document, res *engine.Result, notes []string) {
 	mutated := res.Mutated()
 	fmt.Fprintf(w, "%s (%s): ", objectName(d), d.Where())
 	if len(mutated) == 0 {
@@ -445,7 +445,7 @@ func explain(w io.Writer, d policy.Document, res *engine.Result) {
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "  skipped %s: %v\n", f.ID, f.Err)
 	}
-	for _, note := range explainNotes(d, res) {
+	for _, note := range notes {
 		fmt.Fprintf(w, "  %s\n", note)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,5 +158,81 @@ func TestApplyWorkload(t *testing.T) {
 	patch, errOut, code := runMorph(t, "", "apply", "-p", dir+"/mutators-100.yaml", "-f", again, "--context", dir+"/namespace.json", "-o", "patch")
 	if code != exitOK || strings.TrimSpace(patch) != "[]" {
 		t.Fatalf("second apply: exit %d, patch %s, stderr %s", code, patch, errOut)
+	}
+}
+
+// katalogWithValidation is spec 000's mutateFirst example, with a switch.
+func katalogWithValidation(mutateFirst bool) string {
+	return fmt.Sprintf(`apiVersion: orkestra.orkspace.io/v1
+kind: Katalog
+metadata: {name: demo}
+spec:
+  crds:
+    website:
+      apiTypes: {group: demo.orkestra.io, version: v1alpha1, kind: Website, plural: websites}
+      operatorBox:
+        validation:
+        - field: spec.replicas
+          min: "1"
+          message: "replicas must be at least 1"
+          action: deny
+        - field: spec.logLevel
+          pattern: "^(debug|info|warn|error)$"
+          message: "logLevel should be debug, info, warn or error"
+          action: warn
+        mutation:
+        - field: spec.replicas
+          default: "1"
+        mutateFirst: %v
+`, mutateFirst)
+}
+
+func TestApplyValidation(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noReplicas := write("site.yaml", "apiVersion: demo.orkestra.io/v1alpha1\nkind: Website\nmetadata: {name: s, namespace: web}\nspec: {logLevel: loud}\n")
+	zero := write("zero.yaml", "apiVersion: demo.orkestra.io/v1alpha1\nkind: Website\nmetadata: {name: z, namespace: web}\nspec: {replicas: 0, logLevel: info}\n")
+	first := write("first.yaml", katalogWithValidation(true))
+	later := write("later.yaml", katalogWithValidation(false))
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		stderr   []string
+		inStdout string
+	}{
+		// At admission, mutation always runs first: the default makes replicas valid.
+		{"admission mutates first", []string{"-p", later, "-f", noReplicas}, exitOK,
+			[]string{`warning: ` + noReplicas + `: document 1 (Website "s"): Katalog/demo[website]: logLevel should be debug, info, warn or error`}, `replicas: "1"`},
+		// At reconcile time validation runs first unless mutateFirst: true.
+		{"reconcile validates first", []string{"-p", later, "-f", noReplicas, "--mode", "reconcile"}, exitDenied,
+			[]string{`denied: ` + noReplicas + `: document 1 (Website "s"): Katalog/demo[website]: replicas must be at least 1`}, ""},
+		{"reconcile with mutateFirst", []string{"-p", first, "-f", noReplicas, "--mode", "reconcile"}, exitOK, nil, `replicas: "1"`},
+		{"an invalid value is denied", []string{"-p", later, "-f", zero}, exitDenied, []string{"replicas must be at least 1"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runMorph(t, "", append([]string{"apply"}, tt.args...)...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, errOut)
+			}
+			for _, s := range tt.stderr {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("stderr %q does not contain %q", errOut, s)
+				}
+			}
+			if !strings.Contains(out, tt.inStdout) {
+				t.Errorf("stdout %q does not contain %q", out, tt.inStdout)
+			}
+			if tt.code == exitDenied && out != "" {
+				t.Errorf("a denied object must not be printed; got %q", out)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -41,7 +42,18 @@ func addDialectCommands(root *cobra.Command, _ func(*objects.Store) *policy.Load
 	root.AddCommand(generate)
 }
 
-// explainNotes returns dialect-specific lines for --explain.
-func explainNotes(d policy.Document, res *engine.Result) []string {
-	return nil
+// explainNotes returns dialect-specific lines for --explain: the event a Katalog entry
+// emits for the defaults it applied (spec 000: "defaults applied: spec.replicas=...").
+func explainNotes(set *engine.Set, res *engine.Result) []string {
+	var notes []string
+	for _, m := range set.Mutators() {
+		km, ok := m.(*katalog.Mutator)
+		if !ok {
+			continue
+		}
+		if text := km.Event(res); text != "" {
+			notes = append(notes, fmt.Sprintf("event Normal %s: %s", km.Entry().EventReason(), text))
+		}
+	}
+	return notes
 }

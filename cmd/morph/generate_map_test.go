@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestGenerateMap(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		stdin      string
+		wantErr    bool
+		wantOut    []string
+		wantStderr []string
+	}{
+		{
+			name: "policy without Kyverno-only features",
+			args: []string{"-p", filepath.Join("testdata", "generate-map", "simple.yaml")},
+			wantOut: []string{
+				"kind: MutatingAdmissionPolicy", "name: add-labels-jsonpatch", "failurePolicy: Fail",
+				"reinvocationPolicy: Never", "jsonpatch.escapeKey", "---", "kind: MutatingAdmissionPolicyBinding",
+				"policyName: add-labels-jsonpatch",
+			},
+			wantStderr: []string{"timeoutSeconds is left out"},
+		},
+		{
+			name:    "Kyverno-only features are named",
+			args:    []string{"-p", filepath.Join("testdata", "generate-map", "kyverno-only.yaml")},
+			wantErr: true,
+			wantStderr: []string{
+				`spec.variables[0].expression: the CEL library function image() exists only in Kyverno`,
+				`(MutatingPolicy "existing"): spec.evaluation.mutateExisting: mutating existing objects exists only in Kyverno`,
+			},
+		},
+		{
+			name:    "standard input",
+			args:    []string{"-p", "-"},
+			stdin:   mustRead(t, filepath.Join("testdata", "generate-map", "simple.yaml")),
+			wantOut: []string{"kind: MutatingAdmissionPolicy"},
+		},
+		{name: "no policy flag", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			cmd := newGenerateMapCommand(strings.NewReader(tt.stdin), &stdout, &stderr)
+			cmd.SetArgs(tt.args)
+			err := cmd.Execute()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error = %v, want error %v; stderr:\n%s", err, tt.wantErr, stderr.String())
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

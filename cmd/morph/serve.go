@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+	"github.com/morph-dev/morph/internal/webhook"
+)
+
+// The environment variables of Katalog deployments (spec 000), read as the defaults of
+// the matching flags; a flag given on the command line wins.
+const (
+	envAdmission  = "ENABLE_ADMISSION_WEBHOOK" // --admission
+	envConversion = "ENABLE_CONVERSION"        // --conversion
+	envTLSCert    = "TLS_CERT"                 // --tls-cert
+	envTLSKey     = "TLS_KEY"                  // --tls-key
+)
+
+type serveOptions struct {
+	policies       string
+	contexts       []string
+	addr           string
+	certDir        string
+	tlsCert        string
+	tlsKey         string
+	dnsNames       []string
+	admission      bool
+	conversion     bool
+	http2          bool
+	maxBody        string
+	reloadInterval time.Duration
+	requestTimeout time.Duration
+	shutdownGrace  time.Duration
+	logFormat      string
+	logLevel       string
+}
+
+// newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
+// stdout.
+func newServeCommand(newLoader func(*objects.Store) *policy.Loader, _, stderr io.Writer) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve --policies DIR (--cert-dir DIR | --tls-cert FILE --tls-key FILE)",
+		Short: "Serve policies as admission and CRD conversion webhooks over HTTPS",
+		Long: `Serve the policies of a folder as Kubernetes webhooks over HTTPS:
+
+  POST /mutate    mutating admission (AdmissionReview admission.k8s.io/v1)
+  POST /validate  validating admission (Katalog validation rules)
+  POST /convert   CRD conversion (ConversionReview apiextensions.k8s.io/v1)
+  GET  /healthz, /readyz, /metrics, /katalog/<entry>
+
+The folder is polled every --reload-interval; a change reloads every policy at once.
+A folder that does not load keeps the last good policies (the error is logged,
+counted in morph_policy_reloads_total and shown by /readyz). When the first load
+fails the server still starts, unready, until the folder loads.
+
+Certificates: --tls-cert and --tls-key name a pair, reloaded when the files change.
+--cert-dir DIR uses DIR/tls.crt and DIR/tls.key the same way; when they are missing,
+morph generates a CA and a certificate for the --addr host and every --dns-name,
+writes ca.crt, tls.crt and tls.key (0600) there, and logs the path of ca.crt, the
+caBundle of the webhook configurations (see morph generate webhooks).
+
+Environment (Katalog deployments; a flag given on the command line wins):
+  ENABLE_ADMISSION_WEBHOOK  --admission   serve /mutate and /validate (default true)
+  ENABLE_CONVERSION         --conversion  serve /convert (default true)
+  TLS_CERT, TLS_KEY         --tls-cert, --tls-key
+As in Katalog deployments, admission requires conversion.
+
+SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
+--shutdown-grace) and morph exits 0.`,
+		Example: `  morph serve --policies policies/ --cert-dir /tmp/morph-certs
+  morph serve --policies /etc/morph/policies --context namespaces.yaml \
+    --addr 0.0.0.0:8443 --tls-cert /certs/tls.crt --tls-key /certs/tls.key --log-format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.fromEnvironment(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return o.run(ctx, newLoader, stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.policies, "policies", "p", "", "folder (or file) of policies to serve, polled for changes")
+	f.StringSliceVar(&o.contexts, "context", nil, "objects that exist in the cluster: Namespaces, CRDs, params (repeatable)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8443", "address to listen on")
+	f.StringVar(&o.certDir, "cert-dir", "", "folder of tls.crt and tls.key; generated (with ca.crt) when missing")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serving certificate file (env "+envTLSCert+")")
+	f.StringVar(&o.tlsKey, "tls-key", "", "serving key file (env "+envTLSKey+")")
+	f.StringSliceVar(&o.dnsNames, "dns-name", nil, "extra DNS name of a generated certificate, e.g. morph.morph-system.svc (repeatable)")
+	f.BoolVar(&o.admission, "admission", true, "serve /mutate and /validate (env "+envAdmission+")")
+	f.BoolVar(&o.conversion, "conversion", true, "serve /convert (env "+envConversion+")")
+	f.BoolVar(&o.http2, "http2", false, "enable HTTP/2 (off by default: CVE-2023-44487)")
+	f.StringVar(&o.maxBody, "max-body", "7Mi", "largest request body accepted (bytes, or a quantity such as 7Mi)")
+	f.DurationVar(&o.reloadInterval, "reload-interval", webhook.DefaultReloadInterval, "how often the policy folder is checked for changes")
+	f.DurationVar(&o.requestTimeout, "request-timeout", webhook.DefaultRequestTimeout, "deadline of a request that carries no ?timeout=")
+	f.DurationVar(&o.shutdownGrace, "shutdown-grace", webhook.DefaultShutdownGrace, "how long in-flight requests may take to finish on shutdown")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
+	return cmd
+}
+
+// fromEnvironment fills the options the command line left unset from the environment.
+func (o *serveOptions) fromEnvironment(flags *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	for _, b := range []struct {
+		env, flag string
+		dst       *bool
+	}{{envAdmission, "admission", &o.admission}, {envConversion, "conversion", &o.conversion}} {
+		v, ok := lookup(b.env)
+		if !ok || flags.Changed(b.flag) {
+			continue
+		}
+		parsed, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return usagef("%s=%q is not a boolean — set %s=true or %s=false", b.env, v, b.env, b.env)
+		}
+		*b.dst = parsed
+	}
+	for _, s := range []struct {
+		env, flag string
+		dst       *string
+	}{{envTLSCert, "tls-cert", &o.tlsCert}, {envTLSKey, "tls-key", &o.tlsKey}} {
+		if v, ok := lookup(s.env); ok && v != "" && !flags.Changed(s.flag) {
+			*s.dst = v
+		}
+	}
+	return nil
+}
+
+// check rejects impossible combinations, in the words of Katalog's error reference
+// where it has them.
+func (o *serveOptions) check() error {
+	switch {
+	case o.policies == "":
+		return usagef("--policies is required: give the folder of policies to serve")
+	case !o.admission && !o.conversion:
+		return usagef("nothing to serve: %s and %s are both false — set one of them to true", envAdmission, envConversion)
+	case o.admission && !o.conversion:
+		return usagef("%s requires %s — set %s=true", envAdmission, envConversion, envConversion)
+	case o.tlsCert != "" && o.tlsKey == "":
+		return usagef("%s requires %s — set %s (or --tls-key) to the key of %s", envTLSCert, envTLSKey, envTLSKey, envTLSCert)
+	case o.tlsKey != "" && o.tlsCert == "":
+		return usagef("%s requires %s — set %s (or --tls-cert) to the certificate of %s", envTLSKey, envTLSCert, envTLSCert, envTLSKey)
+	case o.tlsCert != "" && o.certDir != "":
+		return usagef("--cert-dir and %s (--tls-cert) exclude each other — give one", envTLSCert)
+	case o.tlsCert == "" && o.certDir == "":
+		return usagef("%s is required — set %s and %s (--tls-cert, --tls-key), or give --cert-dir DIR to use or generate a certificate there", envTLSCert, envTLSCert, envTLSKey)
+	case o.shutdownGrace <= 0:
+		return usagef("--shutdown-grace must be positive")
+	case o.reloadInterval <= 0:
+		return usagef("--reload-interval must be positive")
+	}
+	return nil
+}
+
+func (o *serveOptions) maxBodyBytes() (int64, error) {
+	q, err := resource.ParseQuantity(o.maxBody)
+	if err != nil || q.Value() <= 0 {
+		return 0, usagef("--max-body %q is not a positive size: use bytes or a quantity such as 7Mi", o.maxBody)
+	}
+	return q.Value(), nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: use text or json", format)
+}
+
+func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, stderr io.Writer) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	maxBody, err := o.maxBodyBytes()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	certFile, keyFile := o.tlsCert, o.tlsKey
+	if o.certDir != "" {
+		hosts, err := webhook.CertificateHosts(o.addr, o.dnsNames)
+		if err != nil {
+			return usageError{err}
+		}
+		generated, err := webhook.EnsureCertificates(o.certDir, hosts, time.Now())
+		if err != nil {
+			return err
+		}
+		certFile, keyFile = filepath.Join(o.certDir, webhook.CertFile), filepath.Join(o.certDir, webhook.KeyFile)
+		if generated {
+			log.Info("generated a CA and a serving certificate; use ca.crt as the caBundle",
+				"caBundle", filepath.Join(o.certDir, webhook.CAFile), "hosts", strings.Join(hosts, ","))
+		}
+	}
+	certs, err := webhook.LoadCertificates(certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	server, err := webhook.New(webhook.Options{
+		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader},
+		Admission:      o.admission,
+		Conversion:     o.conversion,
+		MaxBody:        maxBody,
+		RequestTimeout: o.requestTimeout,
+		Logger:         log,
+	})
+	if err != nil {
+		return err
+	}
+	err = server.ListenAndServe(ctx, o.addr, webhook.ServeOptions{
+		TLS:            certs.TLSConfig(),
+		HTTP2:          o.http2,
+		ReloadInterval: o.reloadInterval,
+		ShutdownGrace:  o.shutdownGrace,
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("morph serve: %w", err)
+	}
+	return nil
+}
