@@ -1,0 +1,30 @@
+# hack/e2e.mk: end-to-end test targets, included from the main Makefile.
+# See docs/e2e.md.
+#
+#   make kube-binaries   build (or reuse) kube-apiserver, etcd and kubectl
+#   make e2e             run ./test/e2e/... against a real control plane
+#   make cluster         run that control plane for interactive use
+#
+# MORPH_E2E=0 skips the e2e tests (and the binary build for `make e2e`).
+
+GO ?= go
+KUBE_VERSION ?= v1.37.1
+E2E_CACHE ?= $(HOME)/.cache/morph-e2e
+E2E_TIMEOUT ?= 20m
+
+# The repository root, wherever the including Makefile lives.
+MORPH_E2E_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+KUBE_ASSETS_DIR = $(E2E_CACHE)/$(KUBE_VERSION)
+
+.PHONY: kube-binaries e2e cluster
+
+kube-binaries:
+	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) KUBE_VERSION=$(KUBE_VERSION) hack/build-kube.sh
+
+e2e: $(if $(filter 0,$(MORPH_E2E)),,kube-binaries)
+	cd $(MORPH_E2E_ROOT) && KUBE_ASSETS=$(KUBE_ASSETS_DIR) $(GO) test -v -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
+
+# Built and run rather than `go run`, which exits 1 on Ctrl-C.
+cluster: kube-binaries
+	cd $(MORPH_E2E_ROOT) && $(GO) build -o $(E2E_CACHE)/bin/morph-cluster ./hack/cluster
+	cd $(MORPH_E2E_ROOT) && KUBE_ASSETS=$(KUBE_ASSETS_DIR) exec $(E2E_CACHE)/bin/morph-cluster
