@@ -248,7 +248,8 @@ type Mutator interface {
 	Matches(ctx context.Context, req *Request, obj map[string]any) (bool, error)
 	// Mutate returns the changed object. It must not modify obj or anything reachable
 	// from it except through w, and must record every path it changed with w.Changed;
-	// when it records nothing, the engine keeps obj.
+	// when it records nothing, the engine keeps obj. On error it may leave containers it
+	// owns half-written: the engine then discards the whole run (see Writer).
 	Mutate(ctx context.Context, req *Request, obj map[string]any, w *Writer) (map[string]any, error)
 }
 

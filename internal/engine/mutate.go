@@ -36,6 +36,7 @@ func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res
 	w := &Writer{}
 	var changedBy []ID
 restart:
+	w.reset()
 	obj := req.Object
 	res.Trace = res.Trace[:0]
 	maxPasses := len(cands) + 1
@@ -91,7 +92,7 @@ func (s *Set) invoke(ctx context.Context, req *Request, c *compiled, obj map[str
 			next, err = nil, fmt.Errorf("panic: %v", r)
 		}
 	}()
-	w.reset()
+	w.startInvocation()
 	ok, err := c.m.Matches(ctx, req, obj)
 	if err != nil {
 		return nil, fmt.Errorf("match: %w", err)

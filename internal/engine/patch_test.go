@@ -215,8 +215,22 @@ func TestWriterCopiesOnce(t *testing.T) {
 	if l2 := w.List(l, 0); listID(l2) != listID(l) {
 		t.Fatal("List must return an owned list as is")
 	}
+	w.startInvocation()
+	if c3 := w.Map(c1); mapID(c3) != mapID(c1) {
+		t.Fatal("ownership lasts across invocations of one run")
+	}
 	w.reset()
 	if c3 := w.Map(c1); mapID(c3) == mapID(c1) {
-		t.Fatal("after reset, containers of the previous invocation must be copied again")
+		t.Fatal("after reset (a new run), containers must be copied again")
+	}
+	// Past the scan limit ownership moves to a map and still answers.
+	var ms []map[string]any
+	for i := 0; i < 3*ownedScanLimit; i++ {
+		ms = append(ms, w.NewMap(1))
+	}
+	for _, m := range ms {
+		if mapID(w.Map(m)) != mapID(m) {
+			t.Fatal("an owned map was copied after the switch to the owned set")
+		}
 	}
 }

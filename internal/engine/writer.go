@@ -5,35 +5,66 @@ import (
 	"unsafe"
 )
 
-// Writer gives one mutator invocation copy-on-write access to the object. A container
-// returned by Map, List or New* belongs to the current invocation and may be written in
-// place; any other container must be passed through Map or List first, which copies it
-// once. The engine resets the Writer before every invocation.
+// Writer gives mutators copy-on-write access to the object. A container returned by Map,
+// List or New* belongs to the current run and may be written in place; any other
+// container must be passed through Map or List first, which copies it once.
+//
+// Ownership lasts for the whole run of a request, across mutators and passes: a
+// container one mutator copied is written in place by the next. That is safe because the
+// original object is never owned, and a run in which a mutator fails starts again from
+// the original with a fresh Writer. The changed paths are per invocation.
 type Writer struct {
-	owned []unsafe.Pointer
-	paths []string
+	owned    []unsafe.Pointer
+	ownedSet map[unsafe.Pointer]struct{} // replaces the slice scan once many are owned
+	paths    []string
 }
+
+// ownedScanLimit is how many owned containers are scanned linearly before a map is used.
+const ownedScanLimit = 16
 
 // NewWriter returns an empty Writer, for dialect tests and for code that mutates outside
 // the engine.
 func NewWriter() *Writer { return &Writer{} }
 
+// reset forgets everything: the start of a run.
 func (w *Writer) reset() {
 	w.owned = w.owned[:0]
+	w.ownedSet = nil
 	w.paths = w.paths[:0]
 }
+
+// startInvocation clears the changed paths for the next mutator; ownership stays.
+func (w *Writer) startInvocation() { w.paths = w.paths[:0] }
 
 func mapID(m map[string]any) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&m)) }
 
 func listID(l []any) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(l)) }
 
 func (w *Writer) owns(p unsafe.Pointer) bool {
+	if w.ownedSet != nil {
+		_, ok := w.ownedSet[p]
+		return ok
+	}
 	for _, o := range w.owned {
 		if o == p {
 			return true
 		}
 	}
 	return false
+}
+
+func (w *Writer) own(p unsafe.Pointer) {
+	if w.ownedSet != nil {
+		w.ownedSet[p] = struct{}{}
+		return
+	}
+	w.owned = append(w.owned, p)
+	if len(w.owned) > ownedScanLimit {
+		w.ownedSet = make(map[unsafe.Pointer]struct{}, 2*len(w.owned))
+		for _, o := range w.owned {
+			w.ownedSet[o] = struct{}{}
+		}
+	}
 }
 
 // Map returns m if this invocation owns it, else an owned copy (a new map for nil).
@@ -47,14 +78,14 @@ func (w *Writer) Map(m map[string]any) map[string]any {
 	} else {
 		c = maps.Clone(m)
 	}
-	w.owned = append(w.owned, mapID(c))
+	w.own(mapID(c))
 	return c
 }
 
 // NewMap returns an empty owned map.
 func (w *Writer) NewMap(size int) map[string]any {
 	c := make(map[string]any, size)
-	w.owned = append(w.owned, mapID(c))
+	w.own(mapID(c))
 	return c
 }
 
@@ -67,7 +98,7 @@ func (w *Writer) List(l []any, extra int) []any {
 	c := make([]any, len(l), len(l)+extra)
 	copy(c, l)
 	if cap(c) > 0 {
-		w.owned = append(w.owned, listID(c))
+		w.own(listID(c))
 	}
 	return c
 }
