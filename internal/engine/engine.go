@@ -378,3 +378,20 @@ func EscapeKey(s string) string {
 	writeEscaped(&b, s)
 	return b.String()
 }
+
+// AppendKey appends "/" and one escaped pointer segment to dst, for building pointers
+// without intermediate strings.
+func AppendKey(dst []byte, key string) []byte {
+	dst = append(dst, '/')
+	for i := 0; i < len(key); i++ {
+		switch key[i] {
+		case '~':
+			dst = append(dst, '~', '0')
+		case '/':
+			dst = append(dst, '~', '1')
+		default:
+			dst = append(dst, key[i])
+		}
+	}
+	return dst
+}

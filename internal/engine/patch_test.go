@@ -234,3 +234,15 @@ func TestWriterCopiesOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendKeyMatchesPointer(t *testing.T) {
+	for _, segs := range [][]string{{"spec", "containers"}, {"metadata", "labels", "a/b~c"}, {""}, {"~1", "/"}} {
+		var b []byte
+		for _, s := range segs {
+			b = AppendKey(b, s)
+		}
+		if string(b) != Pointer(segs...) {
+			t.Errorf("%q: AppendKey gives %q, Pointer %q", segs, b, Pointer(segs...))
+		}
+	}
+}

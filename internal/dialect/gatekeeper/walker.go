@@ -3,7 +3,6 @@ package gatekeeper
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper/path"
 	"github.com/morph-dev/morph/internal/engine"
@@ -59,16 +58,17 @@ func (wk *walker) seg(i int) *seg {
 
 // pointer returns the JSON Pointer of the value at node i.
 func (wk *walker) pointer(i int) string {
-	parts := make([]string, i+1)
+	var buf [128]byte
+	b := buf[:0]
 	for j := 0; j <= i; j++ {
 		s := wk.seg(j)
 		if s.index >= 0 {
-			parts[j] = "/" + strconv.Itoa(s.index)
+			b = strconv.AppendInt(append(b, '/'), int64(s.index), 10)
 		} else {
-			parts[j] = engine.AppendPointer("", s.key)
+			b = engine.AppendKey(b, s.key)
 		}
 	}
-	return strings.Join(parts, "")
+	return string(b)
 }
 
 // walk applies the setter at the location in obj and returns the new object, or obj
