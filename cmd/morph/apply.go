@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
@@ -32,6 +33,7 @@ type applyOptions struct {
 	explain   bool
 	mode      string
 	namespace string
+	existing  []string
 }
 
 func newApplyCommand(newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -69,6 +71,7 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 	f.BoolVar(&o.explain, "explain", false, "print to stderr which mutator changed which paths, in which pass")
 	f.StringVar(&o.mode, "mode", "admission", "admission (mutate, then validate) or reconcile (validate first unless the policy says mutateFirst)")
 	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace for namespaced objects that name none")
+	f.StringSliceVar(&o.existing, "existing", nil, "existing objects to mutate as the background controller does (policies with mutateExisting, matched by targetMatchConstraints)")
 	return cmd
 }
 
@@ -76,11 +79,11 @@ func (o *applyOptions) validate() error {
 	if len(o.policies) == 0 {
 		return usagef("--policy/-p is required")
 	}
-	if len(o.files) == 0 {
-		return usagef("--filename/-f is required")
+	if len(o.files) == 0 && len(o.existing) == 0 {
+		return usagef("--filename/-f (or --existing) is required")
 	}
 	stdins := 0
-	for _, p := range append(append(append([]string{}, o.policies...), o.files...), o.contexts...) {
+	for _, p := range slices.Concat(o.policies, o.files, o.contexts, o.existing, o.old) {
 		if p == "-" {
 			stdins++
 		}
@@ -197,18 +200,48 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 		return err
 	}
 	op, _ := engine.ParseOperation(o.operation)
+	existing, err := policy.Read(o.existing, stdin)
+	if err != nil {
+		return err
+	}
+	var existingSet *engine.Set
+	if len(existing) > 0 {
+		var ms []engine.Mutator
+		for _, m := range rt.set.Mutators() {
+			if mutatesExisting(m) {
+				ms = append(ms, m)
+			}
+		}
+		if existingSet, err = engine.NewSet(ms); err != nil {
+			return err
+		}
+	}
 
 	var outputs []map[string]any
 	var patches []engine.Patch
 	failed, denied := 0, 0
-	for _, d := range inputs {
-		req, err := o.request(rt.store, d, op, olds, user)
+	for i, d := range append(inputs, existing...) {
+		isExisting := i >= len(inputs)
+		reqOp := op
+		if isExisting {
+			// An existing object is mutated as an update of itself.
+			reqOp = engine.Update
+		}
+		req, err := o.request(rt.store, d, reqOp, olds, user)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
 			failed++
 			continue
 		}
-		res, violations, err := o.evaluate(ctx, rt, req)
+		evalCtx, notes := explainRecorder(ctx)
+		var res *engine.Result
+		var violations []engine.Violation
+		if isExisting {
+			req.OldObject = req.Object
+			res, err = existingSet.Mutate(existingContext(evalCtx), req)
+		} else {
+			res, violations, err = o.evaluate(evalCtx, rt, req)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
 			failed++
@@ -227,7 +260,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			}
 		}
 		if o.explain {
-			explain(stderr, d, res, explainNotes(rt.set, res))
+			explain(stderr, d, res, notes(rt.set, res))
 		}
 		if deniedHere {
 			denied++

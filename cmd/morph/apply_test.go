@@ -102,7 +102,7 @@ spec:
 		message string
 	}{
 		{"no policy", []string{"apply", "-f", pod}, exitUsage, "--policy/-p is required"},
-		{"no input", []string{"apply", "-p", pols}, exitUsage, "--filename/-f is required"},
+		{"no input", []string{"apply", "-p", pols}, exitUsage, "--filename/-f (or --existing) is required"},
 		{"bad output", []string{"apply", "-p", pols, "-f", pod, "-o", "xml"}, exitUsage, `--output "xml": use yaml, json, patch or diff`},
 		{"bad operation", []string{"apply", "-p", pols, "-f", pod, "--operation", "PATCH"}, exitUsage, `unknown operation "PATCH"`},
 		{"bad source", []string{"apply", "-p", pols, "-f", pod, "--source", "Mine"}, exitUsage, `--source "Mine"`},
@@ -234,5 +234,27 @@ func TestApplyValidation(t *testing.T) {
 				t.Errorf("a denied object must not be printed; got %q", out)
 			}
 		})
+	}
+}
+
+// TestApplyExisting mutates existing objects as the background controller does: only
+// policies with mutateExisting, matched by targetMatchConstraints.
+func TestApplyExisting(t *testing.T) {
+	dir := "testdata/existing"
+	out, errOut, code := runMorph(t, "", "apply", "-p", dir+"/policies.yaml", "--context", dir+"/namespaces.yaml", "--existing", dir+"/configmaps.yaml", "-o", "patch")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := `[{"op":"add","path":"/metadata/labels","value":{"foo":"bar"}}]` + "\n[]\n"
+	if out != want {
+		t.Fatalf("patches:\n%s\nwant\n%s", out, want)
+	}
+	// At admission the same ConfigMap gets the admission-only label, not the background one.
+	out, errOut, code = runMorph(t, "", "apply", "-p", dir+"/policies.yaml", "--context", dir+"/namespaces.yaml", "-f", dir+"/configmaps.yaml", "-o", "patch")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "foo") || strings.Count(out, `"admission":"yes"`) != 2 {
+		t.Fatalf("admission patches:\n%s", out)
 	}
 }

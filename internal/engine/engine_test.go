@@ -368,3 +368,24 @@ func TestFinalizerRunsAfterConvergence(t *testing.T) {
 		t.Fatalf("finalizer result: %+v", res)
 	}
 }
+
+// warner warns in every pass and changes nothing; with a failing mutator after it, the
+// warning must survive the restart once, next to the failure's.
+type warner struct{ *setField }
+
+func (m *warner) Mutate(_ context.Context, _ *Request, obj map[string]any, w *Writer) (map[string]any, error) {
+	w.Warn("part of policy skipped")
+	return obj, nil
+}
+
+func TestWarningsOncePerRun(t *testing.T) {
+	s := mustSet(t, &warner{mut("a-warn")}, mut("b-bad", func(m *setField) { m.fail = errors.New("no value") }), mut("c-good"))
+	res, err := s.Mutate(context.Background(), &Request{Kind: podGVK, Operation: Create, Object: newPod()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"Set/b-bad skipped: no value", "part of policy skipped"}
+	if !reflect.DeepEqual(res.Warnings, want) {
+		t.Fatalf("warnings %q, want %q", res.Warnings, want)
+	}
+}

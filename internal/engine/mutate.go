@@ -35,10 +35,20 @@ func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res
 	var skip []bool
 	w := &Writer{}
 	var changedBy []ID
+	// warnings are the mutators' own (Writer.Warn) of the current run; a restart
+	// forgets them with the run. Failure warnings come from res.Failures.
+	var warnings []string
+	defer func() {
+		for _, f := range res.Failures {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s skipped: %v", f.ID, f.Err))
+		}
+		res.Warnings = append(res.Warnings, warnings...)
+	}()
 restart:
 	w.reset()
 	obj := req.Object
 	res.Trace = res.Trace[:0]
+	warnings = warnings[:0]
 	maxPasses := len(cands) + 1
 	for pass := 1; pass <= maxPasses; pass++ {
 		changedBy = changedBy[:0]
@@ -59,8 +69,12 @@ restart:
 				}
 				skip[i] = true
 				res.Failures = append(res.Failures, Failure{ID: c.id, Err: err})
-				res.Warnings = append(res.Warnings, fmt.Sprintf("%s skipped: %v", c.id, err))
 				goto restart
+			}
+			for _, text := range w.warnings {
+				if !slices.Contains(warnings, text) {
+					warnings = append(warnings, text)
+				}
 			}
 			if w.HasChanges() {
 				obj = next

@@ -17,6 +17,7 @@ type Writer struct {
 	owned    []unsafe.Pointer
 	ownedSet map[unsafe.Pointer]struct{} // replaces the slice scan once many are owned
 	paths    []string
+	warnings []string
 }
 
 // ownedScanLimit is how many owned containers are scanned linearly before a map is used.
@@ -31,10 +32,18 @@ func (w *Writer) reset() {
 	w.owned = w.owned[:0]
 	w.ownedSet = nil
 	w.paths = w.paths[:0]
+	w.warnings = w.warnings[:0]
 }
 
 // startInvocation clears the changed paths for the next mutator; ownership stays.
-func (w *Writer) startInvocation() { w.paths = w.paths[:0] }
+func (w *Writer) startInvocation() {
+	w.paths = w.paths[:0]
+	w.warnings = w.warnings[:0]
+}
+
+// Warn records a warning for the user (a part of a policy that failed and was ignored,
+// for example). The engine adds it to Result.Warnings once, however many passes repeat it.
+func (w *Writer) Warn(text string) { w.warnings = append(w.warnings, text) }
 
 func mapID(m map[string]any) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&m)) }
 

@@ -1,0 +1,192 @@
+package cel
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// programSpec is what a policy gives to be compiled: the fields MutatingAdmissionPolicy
+// and Kyverno's MutatingPolicy share.
+type programSpec struct {
+	hasParams       bool
+	variables       []admissionv1.Variable
+	matchConditions []admissionv1.MatchCondition
+	mutations       []admissionv1.Mutation
+	failurePolicy   *admissionv1.FailurePolicyType
+	name            string
+}
+
+// program is a policy compiled exactly as the API server compiles a
+// MutatingAdmissionPolicy (mutating.compilePolicy): one composited compiler holding the
+// variables, a match-conditions matcher and one patcher per mutation, in order.
+type program struct {
+	compiler *plugincel.CompositedCompiler
+	matcher  matchconditions.Matcher
+	patchers []patch.Patcher
+	// applyConfig tells, per mutation, whether it is an ApplyConfiguration (which needs
+	// the kind's schema).
+	applyConfig []bool
+}
+
+// compileProgram compiles every expression of spec in env (the API server's base
+// environment, extended with Kyverno's libraries for Kyverno policies), in stored
+// expressions mode with the API server's cost limits. Errors name the expression's field
+// with its line and column.
+func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSpec) (*program, []error) {
+	compiler, err := plugincel.NewCompositedCompiler(env)
+	if err != nil {
+		return nil, []error{doc.Errorf("", "cannot build the CEL environment: %v", err)}
+	}
+	opts := plugincel.OptionalVariableDeclarations{HasParams: spec.hasParams, HasAuthorizer: true}
+	var errs []error
+	seen := map[string]bool{}
+	for i, v := range spec.variables {
+		field := fmt.Sprintf("spec.variables[%d]", i)
+		switch {
+		case v.Name == "":
+			errs = append(errs, doc.Errorf(field+".name", "required"))
+			continue
+		case seen[v.Name]:
+			errs = append(errs, doc.Errorf(field+".name", "variable %q is defined twice", v.Name))
+			continue
+		case strings.TrimSpace(v.Expression) == "":
+			errs = append(errs, doc.Errorf(field+".expression", "required"))
+			continue
+		}
+		seen[v.Name] = true
+		res := compiler.CompileAndStoreVariable(&mutating.Variable{Name: v.Name, Expression: v.Expression}, opts, environment.StoredExpressions)
+		if res.Error != nil {
+			errs = append(errs, celError(doc, field+".expression", res.Error))
+		}
+	}
+
+	p := &program{compiler: compiler}
+	if len(spec.matchConditions) > 0 {
+		accessors := make([]plugincel.ExpressionAccessor, len(spec.matchConditions))
+		names := map[string]bool{}
+		for i := range spec.matchConditions {
+			mc := &spec.matchConditions[i]
+			field := fmt.Sprintf("spec.matchConditions[%d]", i)
+			if mc.Name == "" {
+				errs = append(errs, doc.Errorf(field+".name", "required"))
+			} else if names[mc.Name] {
+				errs = append(errs, doc.Errorf(field+".name", "match condition %q is defined twice", mc.Name))
+			}
+			names[mc.Name] = true
+			accessors[i] = (*matchconditions.MatchCondition)(mc)
+			if res := compiler.CompileCELExpression(accessors[i], opts, environment.StoredExpressions); res.Error != nil {
+				errs = append(errs, celError(doc, field+".expression", res.Error))
+			}
+		}
+		p.matcher = matchconditions.NewMatcher(compiler.CompileCondition(accessors, opts, environment.StoredExpressions), spec.failurePolicy, "policy", "mutate", spec.name)
+	}
+
+	patchOpts := opts
+	patchOpts.HasPatchTypes = true
+	if len(spec.mutations) == 0 {
+		errs = append(errs, doc.Errorf("spec.mutations", "required: give at least one mutation"))
+	}
+	for i, m := range spec.mutations {
+		field := fmt.Sprintf("spec.mutations[%d]", i)
+		var accessor plugincel.ExpressionAccessor
+		var expr string
+		switch m.PatchType {
+		case admissionv1.PatchTypeApplyConfiguration:
+			if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
+				errs = append(errs, doc.Errorf(field+".applyConfiguration.expression", "required when patchType is ApplyConfiguration"))
+				continue
+			}
+			if m.JSONPatch != nil {
+				errs = append(errs, doc.Errorf(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration"))
+			}
+			expr = m.ApplyConfiguration.Expression
+			accessor = &patch.ApplyConfigurationCondition{Expression: expr}
+			field += ".applyConfiguration.expression"
+		case admissionv1.PatchTypeJSONPatch:
+			if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
+				errs = append(errs, doc.Errorf(field+".jsonPatch.expression", "required when patchType is JSONPatch"))
+				continue
+			}
+			if m.ApplyConfiguration != nil {
+				errs = append(errs, doc.Errorf(field+".applyConfiguration", "must not be given when patchType is JSONPatch"))
+			}
+			expr = m.JSONPatch.Expression
+			accessor = &patch.JSONPatchCondition{Expression: expr}
+			field += ".jsonPatch.expression"
+		case "":
+			errs = append(errs, doc.Errorf(field+".patchType", "required: use ApplyConfiguration or JSONPatch"))
+			continue
+		default:
+			errs = append(errs, doc.Errorf(field+".patchType", "%q is not supported: use ApplyConfiguration or JSONPatch", m.PatchType))
+			continue
+		}
+		if res := compiler.CompileCELExpression(accessor, patchOpts, environment.StoredExpressions); res.Error != nil {
+			errs = append(errs, celError(doc, field, res.Error))
+			continue
+		}
+		ev := compiler.CompileMutatingEvaluator(accessor, patchOpts, environment.StoredExpressions)
+		if m.PatchType == admissionv1.PatchTypeJSONPatch {
+			p.patchers = append(p.patchers, patch.NewJSONPatcher(ev))
+		} else {
+			p.patchers = append(p.patchers, patch.NewApplyConfigurationPatcher(ev))
+		}
+		p.applyConfig = append(p.applyConfig, m.PatchType == admissionv1.PatchTypeApplyConfiguration)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return p, nil
+}
+
+// compileConditions compiles standalone match conditions (a PolicyException's).
+func compileConditions(doc policy.Document, env *environment.EnvSet, field string, conds []admissionv1.MatchCondition, name string) (matchconditions.Matcher, []error) {
+	if len(conds) == 0 {
+		return nil, nil
+	}
+	compiler, err := plugincel.NewCompositedCompiler(env)
+	if err != nil {
+		return nil, []error{doc.Errorf("", "cannot build the CEL environment: %v", err)}
+	}
+	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	var errs []error
+	accessors := make([]plugincel.ExpressionAccessor, len(conds))
+	for i := range conds {
+		accessors[i] = (*matchconditions.MatchCondition)(&conds[i])
+		if res := compiler.CompileCELExpression(accessors[i], opts, environment.StoredExpressions); res.Error != nil {
+			errs = append(errs, celError(doc, fmt.Sprintf("%s[%d].expression", field, i), res.Error))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	fail := admissionv1.Fail
+	return matchconditions.NewMatcher(compiler.CompileCondition(accessors, opts, environment.StoredExpressions), &fail, "exception", "mutate", name), nil
+}
+
+// celError turns a compilation error into a located error: the field, then each issue
+// with its line and column in the expression.
+func celError(doc policy.Document, field string, err *apiservercel.Error) error {
+	var ce *apiservercel.CompilationError
+	if errors.As(err.Cause, &ce) && ce.Issues != nil {
+		var parts []string
+		for _, e := range ce.Issues.Errors() {
+			loc := e.Location
+			parts = append(parts, fmt.Sprintf("line %d, column %d: %s", loc.Line(), loc.Column()+1, e.Message))
+		}
+		if len(parts) > 0 {
+			return doc.Errorf(field, "%s", strings.Join(parts, "; "))
+		}
+	}
+	return doc.Errorf(field, "%s", err.Detail)
+}

@@ -1,0 +1,271 @@
+package cel
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// The API groups and kinds this dialect reads.
+const (
+	groupAdmission = "admissionregistration.k8s.io"
+	groupKyverno   = "policies.kyverno.io"
+
+	kindMAP                = "MutatingAdmissionPolicy"
+	kindMAPBinding         = "MutatingAdmissionPolicyBinding"
+	kindMutatingPolicy     = "MutatingPolicy"
+	kindNamespacedMutating = "NamespacedMutatingPolicy"
+	kindPolicyException    = "PolicyException"
+)
+
+var admissionVersions = map[string]bool{"v1": true, "v1beta1": true, "v1alpha1": true}
+
+var kyvernoVersions = map[string]bool{"v1": true, "v1beta1": true, "v1alpha1": true}
+
+// kyvernoPolicySpec is the spec of a Kyverno MutatingPolicy or NamespacedMutatingPolicy: the
+// MutatingAdmissionPolicy fields plus Kyverno's own.
+type kyvernoPolicySpec struct {
+	MatchConstraints       *admissionv1.MatchResources        `json:"matchConstraints,omitempty"`
+	FailurePolicy          *admissionv1.FailurePolicyType     `json:"failurePolicy,omitempty"`
+	MatchConditions        []admissionv1.MatchCondition       `json:"matchConditions,omitempty"`
+	Variables              []admissionv1.Variable             `json:"variables,omitempty"`
+	Mutations              []admissionv1.Mutation             `json:"mutations,omitempty"`
+	ReinvocationPolicy     admissionv1.ReinvocationPolicyType `json:"reinvocationPolicy,omitempty"`
+	Evaluation             *kyvernoEvaluation                 `json:"evaluation,omitempty"`
+	WebhookConfiguration   *kyvernoWebhookConfiguration       `json:"webhookConfiguration,omitempty"`
+	Autogen                *kyvernoAutogen                    `json:"autogen,omitempty"`
+	TargetMatchConstraints *admissionv1.MatchResources        `json:"targetMatchConstraints,omitempty"`
+}
+
+type kyvernoEvaluation struct {
+	Admission *struct {
+		Enabled *bool `json:"enabled,omitempty"`
+	} `json:"admission,omitempty"`
+	MutateExisting *struct {
+		Enabled bool `json:"enabled,omitempty"`
+		// TargetMatchConstraints is accepted here too, for policies that nest it.
+		TargetMatchConstraints *admissionv1.MatchResources `json:"targetMatchConstraints,omitempty"`
+	} `json:"mutateExisting,omitempty"`
+	Mode string `json:"mode,omitempty"`
+}
+
+type kyvernoWebhookConfiguration struct {
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+}
+
+type kyvernoAutogen struct {
+	PodControllers *struct {
+		Controllers []string `json:"controllers,omitempty"`
+	} `json:"podControllers,omitempty"`
+	MutatingAdmissionPolicy *struct {
+		Enabled bool `json:"enabled,omitempty"`
+	} `json:"mutatingAdmissionPolicy,omitempty"`
+}
+
+// exceptionSpec is a Kyverno CEL PolicyException (policies.kyverno.io).
+type exceptionSpec struct {
+	PolicyRefs []struct {
+		Name string `json:"name"`
+		Kind string `json:"kind,omitempty"`
+	} `json:"policyRefs"`
+	MatchConditions []admissionv1.MatchCondition `json:"matchConditions,omitempty"`
+	Images          []string                     `json:"images,omitempty"`
+}
+
+// decodeInto decodes the document (as JSON) into v. When strict, unknown fields are an
+// error that names them, so that a misspelt field does not silently do nothing; Kyverno
+// documents are read leniently, since Kyverno adds fields morph has no use for.
+func decodeInto(doc policy.Document, v any, strict bool) error {
+	raw, err := json.Marshal(doc.Object)
+	if err != nil {
+		return doc.Errorf("", "cannot encode the document: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return doc.Errorf(fieldOfJSONError(err), "%s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// fieldOfJSONError extracts the field path from encoding/json's errors.
+func fieldOfJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if ok := asTypeError(err, &te); ok {
+		return te.Field
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "unknown field "); i >= 0 {
+		f, uerr := strconv.Unquote(strings.TrimSpace(msg[i+len("unknown field "):]))
+		if uerr == nil {
+			return f
+		}
+	}
+	return ""
+}
+
+func asTypeError(err error, te **json.UnmarshalTypeError) bool {
+	t, ok := err.(*json.UnmarshalTypeError)
+	if ok {
+		*te = t
+	}
+	return ok
+}
+
+// checkVersion rejects an apiVersion this dialect does not read.
+func checkVersion(doc policy.Document, versions map[string]bool) error {
+	v := doc.APIVersion()
+	if i := strings.IndexByte(v, '/'); i >= 0 {
+		v = v[i+1:]
+	}
+	if !versions[v] {
+		return doc.Errorf("apiVersion", "version %q is not supported: use v1, v1beta1 or v1alpha1", v)
+	}
+	return nil
+}
+
+// defaultMatchResources applies the API server's defaults (SetDefaults_MatchResources and
+// SetDefaults_Rule): matchPolicy Equivalent, empty selectors, scope "*".
+func defaultMatchResources(m *admissionv1.MatchResources) {
+	if m == nil {
+		return
+	}
+	if m.MatchPolicy == nil {
+		p := admissionv1.Equivalent
+		m.MatchPolicy = &p
+	}
+	if m.NamespaceSelector == nil {
+		m.NamespaceSelector = &metav1.LabelSelector{}
+	}
+	if m.ObjectSelector == nil {
+		m.ObjectSelector = &metav1.LabelSelector{}
+	}
+	for _, rules := range [][]admissionv1.NamedRuleWithOperations{m.ResourceRules, m.ExcludeResourceRules} {
+		for i := range rules {
+			if rules[i].Scope == nil {
+				s := admissionv1.AllScopes
+				rules[i].Scope = &s
+			}
+		}
+	}
+}
+
+// validateMatchResources checks what the API server's validation checks of
+// matchConstraints/matchResources; field is the path of m.
+func validateMatchResources(doc policy.Document, field string, m *admissionv1.MatchResources, mutating bool) []error {
+	if m == nil {
+		return nil
+	}
+	var errs []error
+	if m.MatchPolicy != nil && *m.MatchPolicy != admissionv1.Exact && *m.MatchPolicy != admissionv1.Equivalent {
+		errs = append(errs, doc.Errorf(field+".matchPolicy", "%q is not supported: use Exact or Equivalent", *m.MatchPolicy))
+	}
+	for _, sel := range []struct {
+		name string
+		s    *metav1.LabelSelector
+	}{{"namespaceSelector", m.NamespaceSelector}, {"objectSelector", m.ObjectSelector}} {
+		if sel.s == nil {
+			continue
+		}
+		if _, err := metav1.LabelSelectorAsSelector(sel.s); err != nil {
+			errs = append(errs, doc.Errorf(field+"."+sel.name, "%v", err))
+		}
+	}
+	for _, list := range []struct {
+		name  string
+		rules []admissionv1.NamedRuleWithOperations
+	}{{"resourceRules", m.ResourceRules}, {"excludeResourceRules", m.ExcludeResourceRules}} {
+		for i, r := range list.rules {
+			f := fmt.Sprintf("%s.%s[%d]", field, list.name, i)
+			errs = append(errs, validateRule(doc, f, r, mutating && list.name == "resourceRules")...)
+		}
+	}
+	return errs
+}
+
+func validateRule(doc policy.Document, field string, r admissionv1.NamedRuleWithOperations, mutating bool) []error {
+	var errs []error
+	if len(r.APIGroups) == 0 {
+		errs = append(errs, doc.Errorf(field+".apiGroups", "required: list the API groups (\"\" is the core group, \"*\" all)"))
+	}
+	if len(r.APIVersions) == 0 {
+		errs = append(errs, doc.Errorf(field+".apiVersions", "required: list the API versions (\"*\" for all)"))
+	}
+	if len(r.Resources) == 0 {
+		errs = append(errs, doc.Errorf(field+".resources", "required: list the resources, e.g. pods or pods/status"))
+	}
+	for _, res := range r.Resources {
+		if res == "" || strings.Count(res, "/") > 1 {
+			errs = append(errs, doc.Errorf(field+".resources", "%q is not a resource: use resource or resource/subresource", res))
+		}
+	}
+	if len(r.Operations) == 0 {
+		errs = append(errs, doc.Errorf(field+".operations", "required: list CREATE, UPDATE, CONNECT or *"))
+	}
+	for _, op := range r.Operations {
+		switch op {
+		case admissionv1.OperationAll, admissionv1.Create, admissionv1.Update, admissionv1.Connect:
+		case admissionv1.Delete:
+			if mutating {
+				errs = append(errs, doc.Errorf(field+".operations", "DELETE cannot be mutated: use CREATE, UPDATE, CONNECT or *"))
+			}
+		default:
+			errs = append(errs, doc.Errorf(field+".operations", "%q is not an operation: use CREATE, UPDATE, CONNECT or *", op))
+		}
+	}
+	if r.Scope != nil {
+		switch *r.Scope {
+		case admissionv1.AllScopes, admissionv1.ClusterScope, admissionv1.NamespacedScope:
+		default:
+			errs = append(errs, doc.Errorf(field+".scope", "%q is not a scope: use Cluster, Namespaced or *", *r.Scope))
+		}
+	}
+	return errs
+}
+
+// validateName checks a metadata.name as the API server does (a DNS subdomain).
+func validateName(doc policy.Document) error {
+	name := doc.Name()
+	if name == "" {
+		return doc.Errorf("metadata.name", "required")
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return doc.Errorf("metadata.name", "%q is not a valid name: %s", name, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// validateParamRef checks a binding's paramRef as the API server does.
+func validateParamRef(doc policy.Document, field string, p *admissionv1.ParamRef) []error {
+	if p == nil {
+		return nil
+	}
+	var errs []error
+	if p.Name != "" && p.Selector != nil {
+		errs = append(errs, doc.Errorf(field, "name and selector are mutually exclusive: give one"))
+	}
+	if p.Name == "" && p.Selector == nil {
+		errs = append(errs, doc.Errorf(field, "one of name or selector is required"))
+	}
+	if p.Selector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(p.Selector); err != nil {
+			errs = append(errs, doc.Errorf(field+".selector", "%v", err))
+		}
+	}
+	if p.ParameterNotFoundAction == nil {
+		errs = append(errs, doc.Errorf(field+".parameterNotFoundAction", "required: use Allow or Deny"))
+	} else if a := *p.ParameterNotFoundAction; a != admissionv1.AllowAction && a != admissionv1.DenyAction {
+		errs = append(errs, doc.Errorf(field+".parameterNotFoundAction", "%q is not supported: use Allow or Deny", a))
+	}
+	return errs
+}

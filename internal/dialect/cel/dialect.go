@@ -1,0 +1,427 @@
+package cel
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// Options configures the CEL dialect.
+type Options struct {
+	// Objects holds the context objects: params, CRDs (schemas for ApplyConfiguration),
+	// Namespaces (namespaceSelector, namespaceObject), the objects resource.Get/List read
+	// and GlobalContextEntries. May be nil.
+	Objects *objects.Store
+	// Types finds kind schemas for ApplyConfiguration mutations; nil reads them offline
+	// (client-go's built-in schemas, then CRDs in Objects). In a cluster, pass
+	// TypeConverterManagerSource(patch.NewTypeConverterManager(...)).
+	Types TypeConverterSource
+	// Resources answers resource.Get/List; nil answers from Objects.
+	Resources ResourceReader
+	// GlobalContext answers globalContext.Get; nil answers from Objects.
+	GlobalContext GlobalContextReader
+	// HTTPAllowHosts lists the hosts (host or host:port) http.Get/Post may call; empty
+	// turns the http library off.
+	HTTPAllowHosts []string
+	// HTTPTimeout bounds each http.Get/Post call (default 10s).
+	HTTPTimeout time.Duration
+}
+
+// OrderAnnotation sets a policy's place in the engine's order (an integer, default 0).
+const OrderAnnotation = "morph.dev/order"
+
+// dialect is the CEL dialect: Kubernetes MutatingAdmissionPolicies with their bindings and
+// Kyverno MutatingPolicies, compiled by k8s.io/apiserver's own compiler.
+type dialect struct {
+	opts       Options
+	types      TypeConverterSource
+	baseEnv    *environment.EnvSet
+	kyvernoEnv *environment.EnvSet
+}
+
+// New returns the CEL dialect.
+func New(opts Options) policy.Dialect {
+	return newDialect(opts)
+}
+
+func newDialect(opts Options) *dialect {
+	d := &dialect{opts: opts, types: opts.Types}
+	if d.types == nil {
+		d.types = newOfflineTypes(opts.Objects)
+	}
+	d.baseEnv = environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+	libs := &libraryEnv{resources: opts.Resources, global: opts.GlobalContext, http: newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout)}
+	if libs.resources == nil {
+		libs.resources = storeReader{store: opts.Objects}
+	}
+	if libs.global == nil {
+		libs.global = storeReader{store: opts.Objects}
+	}
+	env, err := d.baseEnv.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions:        libs.options(),
+	})
+	if err != nil {
+		// The declarations are fixed: a failure here is a programming error.
+		panic(fmt.Sprintf("cel: Kyverno libraries do not fit the API server's environment: %v", err))
+	}
+	d.kyvernoEnv = env
+	return d
+}
+
+// Name implements policy.Dialect.
+func (d *dialect) Name() string { return "cel" }
+
+// Handles implements policy.Dialect.
+func (d *dialect) Handles(apiVersion, kind string) bool {
+	switch policy.Group(apiVersion) {
+	case groupAdmission:
+		return kind == kindMAP || kind == kindMAPBinding
+	case groupKyverno:
+		return kind == kindMutatingPolicy || kind == kindNamespacedMutating || kind == kindPolicyException
+	}
+	return false
+}
+
+// orderOf reads the morph.dev/order annotation.
+func orderOf(doc policy.Document) (int, error) {
+	md, _ := doc.Object["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	v, ok := ann[OrderAnnotation]
+	if !ok {
+		return 0, nil
+	}
+	s, _ := v.(string)
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, doc.Errorf("metadata.annotations."+OrderAnnotation, "%q is not an integer", s)
+	}
+	return n, nil
+}
+
+// Compile implements policy.Dialect.
+func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
+	b := &policy.Bundle{}
+	var errs []error
+	var exceptions []*exception
+	type mapEntry struct {
+		doc      policy.Document
+		policy   *admissionv1.MutatingAdmissionPolicy
+		prog     *program
+		bindings int
+	}
+	maps := map[string]*mapEntry{}
+	var mapOrder []string
+	var bindings []policy.Document
+	var kyverno []policy.Document
+
+	for _, doc := range docs {
+		switch doc.Kind() {
+		case kindPolicyException:
+			ex, es := d.compileException(doc)
+			errs = append(errs, es...)
+			if ex != nil {
+				exceptions = append(exceptions, ex)
+			}
+		case kindMAP:
+			p, prog, es := d.compileMAP(doc)
+			errs = append(errs, es...)
+			if p == nil {
+				continue
+			}
+			if _, dup := maps[p.Name]; dup {
+				errs = append(errs, doc.Errorf("metadata.name", "a MutatingAdmissionPolicy named %q is already loaded", p.Name))
+				continue
+			}
+			maps[p.Name] = &mapEntry{doc: doc, policy: p, prog: prog}
+			mapOrder = append(mapOrder, p.Name)
+		case kindMAPBinding:
+			bindings = append(bindings, doc)
+		default:
+			kyverno = append(kyverno, doc)
+		}
+	}
+	slices.SortFunc(exceptions, func(a, b *exception) int {
+		return strings.Compare(a.namespace+"/"+a.name, b.namespace+"/"+b.name)
+	})
+
+	for _, doc := range bindings {
+		bd, es := decodeBinding(doc)
+		if len(es) > 0 {
+			errs = append(errs, es...)
+			continue
+		}
+		entry, ok := maps[bd.Spec.PolicyName]
+		if !ok {
+			b.Warnings = append(b.Warnings, fmt.Sprintf("%s: spec.policyName: no MutatingAdmissionPolicy %q is loaded, so the binding does nothing", doc.Where(), bd.Spec.PolicyName))
+			continue
+		}
+		entry.bindings++
+		order, err := orderOf(entry.doc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if o, err := orderOf(doc); err != nil {
+			errs = append(errs, err)
+			continue
+		} else if o != 0 {
+			order = o
+		}
+		p := entry.policy
+		m := &Mutator{
+			id:          engine.ID{Order: order, Dialect: "cel", Kind: kindMAP, Name: p.Name, Part: bd.Name},
+			d:           d,
+			prog:        entry.prog,
+			failure:     *p.Spec.FailurePolicy,
+			constraints: p.Spec.MatchConstraints,
+			binding:     bd.Spec.MatchResources,
+			paramKind:   p.Spec.ParamKind,
+			paramRef:    bd.Spec.ParamRef,
+			reinvoke:    reinvocationOf(p.Spec.ReinvocationPolicy),
+		}
+		m.targets = resolver{store: d.opts.Objects}.targetsOf(p.Spec.MatchConstraints.ResourceRules, *p.Spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)
+		b.Mutators = append(b.Mutators, m)
+	}
+	for _, name := range mapOrder {
+		if e := maps[name]; e.bindings == 0 {
+			b.Warnings = append(b.Warnings, fmt.Sprintf("%s: no MutatingAdmissionPolicyBinding binds the policy, so it does nothing (as in Kubernetes): add a binding", e.doc.Where()))
+		}
+	}
+
+	for _, doc := range kyverno {
+		m, es := d.compileKyverno(doc)
+		errs = append(errs, es...)
+		if m == nil {
+			continue
+		}
+		for _, ex := range exceptions {
+			if ex.names(m.id) {
+				m.exceptions = append(m.exceptions, ex)
+			}
+		}
+		b.Mutators = append(b.Mutators, m)
+	}
+	return b, errors.Join(errs...)
+}
+
+func reinvocationOf(p admissionv1.ReinvocationPolicyType) engine.Reinvocation {
+	if p == admissionv1.IfNeededReinvocationPolicy {
+		return engine.ReinvokeIfNeeded
+	}
+	return engine.ReinvokeNever
+}
+
+func validateReinvocation(doc policy.Document, p admissionv1.ReinvocationPolicyType) error {
+	switch p {
+	case "", admissionv1.NeverReinvocationPolicy, admissionv1.IfNeededReinvocationPolicy:
+		return nil
+	}
+	return doc.Errorf("spec.reinvocationPolicy", "%q is not supported: use Never or IfNeeded", p)
+}
+
+func validateFailurePolicy(doc policy.Document, p **admissionv1.FailurePolicyType) error {
+	if *p == nil {
+		f := admissionv1.Fail
+		*p = &f
+		return nil
+	}
+	switch **p {
+	case admissionv1.Fail, admissionv1.Ignore:
+		return nil
+	}
+	return doc.Errorf("spec.failurePolicy", "%q is not supported: use Fail or Ignore", **p)
+}
+
+// compileMAP decodes, defaults, validates and compiles a MutatingAdmissionPolicy.
+func (d *dialect) compileMAP(doc policy.Document) (*admissionv1.MutatingAdmissionPolicy, *program, []error) {
+	if err := checkVersion(doc, admissionVersions); err != nil {
+		return nil, nil, []error{err}
+	}
+	var p admissionv1.MutatingAdmissionPolicy
+	if err := decodeInto(doc, &p, true); err != nil {
+		return nil, nil, []error{err}
+	}
+	var errs []error
+	if err := validateName(doc); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateFailurePolicy(doc, &p.Spec.FailurePolicy); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateReinvocation(doc, p.Spec.ReinvocationPolicy); err != nil {
+		errs = append(errs, err)
+	}
+	if pk := p.Spec.ParamKind; pk != nil && (pk.APIVersion == "" || pk.Kind == "") {
+		errs = append(errs, doc.Errorf("spec.paramKind", "apiVersion and kind are required"))
+	}
+	if p.Spec.MatchConstraints == nil || len(p.Spec.MatchConstraints.ResourceRules) == 0 {
+		errs = append(errs, doc.Errorf("spec.matchConstraints.resourceRules", "required: at least one rule says which resources the policy mutates"))
+	} else {
+		defaultMatchResources(p.Spec.MatchConstraints)
+		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", p.Spec.MatchConstraints, true)...)
+	}
+	prog, cerrs := compileProgram(doc, d.baseEnv, programSpec{
+		hasParams:       p.Spec.ParamKind != nil,
+		variables:       p.Spec.Variables,
+		matchConditions: p.Spec.MatchConditions,
+		mutations:       p.Spec.Mutations,
+		failurePolicy:   p.Spec.FailurePolicy,
+		name:            p.Name,
+	})
+	errs = append(errs, cerrs...)
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
+	return &p, prog, nil
+}
+
+func decodeBinding(doc policy.Document) (*admissionv1.MutatingAdmissionPolicyBinding, []error) {
+	if err := checkVersion(doc, admissionVersions); err != nil {
+		return nil, []error{err}
+	}
+	var b admissionv1.MutatingAdmissionPolicyBinding
+	if err := decodeInto(doc, &b, true); err != nil {
+		return nil, []error{err}
+	}
+	var errs []error
+	if err := validateName(doc); err != nil {
+		errs = append(errs, err)
+	}
+	if b.Spec.PolicyName == "" {
+		errs = append(errs, doc.Errorf("spec.policyName", "required: name the MutatingAdmissionPolicy to bind"))
+	}
+	errs = append(errs, validateParamRef(doc, "spec.paramRef", b.Spec.ParamRef)...)
+	if b.Spec.MatchResources != nil {
+		defaultMatchResources(b.Spec.MatchResources)
+		errs = append(errs, validateMatchResources(doc, "spec.matchResources", b.Spec.MatchResources, true)...)
+	}
+	return &b, errs
+}
+
+// defaultTimeout is Kyverno's webhook timeout when the policy gives none.
+const defaultTimeout = 10 * time.Second
+
+// compileKyverno decodes, validates and compiles a Kyverno MutatingPolicy or
+// NamespacedMutatingPolicy.
+func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
+	if err := checkVersion(doc, kyvernoVersions); err != nil {
+		return nil, []error{err}
+	}
+	var obj struct {
+		Spec kyvernoPolicySpec `json:"spec"`
+	}
+	if err := decodeInto(doc, &obj, false); err != nil {
+		return nil, []error{err}
+	}
+	spec := &obj.Spec
+	var errs []error
+	if err := validateName(doc); err != nil {
+		errs = append(errs, err)
+	}
+	namespaced := doc.Kind() == kindNamespacedMutating
+	if namespaced && doc.Namespace() == "" {
+		errs = append(errs, doc.Errorf("metadata.namespace", "required: a NamespacedMutatingPolicy mutates the objects of its namespace"))
+	}
+	if err := validateFailurePolicy(doc, &spec.FailurePolicy); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateReinvocation(doc, spec.ReinvocationPolicy); err != nil {
+		errs = append(errs, err)
+	}
+	order, err := orderOf(doc)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if spec.MatchConstraints == nil || len(spec.MatchConstraints.ResourceRules) == 0 {
+		errs = append(errs, doc.Errorf("spec.matchConstraints.resourceRules", "required: at least one rule says which resources the policy mutates"))
+	} else {
+		defaultMatchResources(spec.MatchConstraints)
+		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", spec.MatchConstraints, true)...)
+	}
+	m := &Mutator{
+		id:        engine.ID{Order: order, Dialect: "cel", Kind: doc.Kind(), Name: doc.Name()},
+		d:         d,
+		failure:   *spec.FailurePolicy,
+		reinvoke:  reinvocationOf(spec.ReinvocationPolicy),
+		kyverno:   true,
+		admission: true,
+		timeout:   defaultTimeout,
+	}
+	if namespaced {
+		m.id.Namespace = doc.Namespace()
+		m.namespace = doc.Namespace()
+	}
+	if ev := spec.Evaluation; ev != nil {
+		if ev.Admission != nil && ev.Admission.Enabled != nil {
+			m.admission = *ev.Admission.Enabled
+		}
+		if ev.MutateExisting != nil {
+			m.existing = ev.MutateExisting.Enabled
+			if spec.TargetMatchConstraints == nil {
+				spec.TargetMatchConstraints = ev.MutateExisting.TargetMatchConstraints
+			}
+		}
+	}
+	if t := spec.TargetMatchConstraints; t != nil {
+		if len(t.ResourceRules) == 0 {
+			errs = append(errs, doc.Errorf("spec.targetMatchConstraints.resourceRules", "required: at least one rule says which existing resources the policy mutates"))
+		}
+		defaultMatchResources(t)
+		errs = append(errs, validateMatchResources(doc, "spec.targetMatchConstraints", t, false)...)
+		m.targetConstraints = t
+	}
+	if wc := spec.WebhookConfiguration; wc != nil && wc.TimeoutSeconds != nil {
+		if s := *wc.TimeoutSeconds; s < 1 || s > 30 {
+			errs = append(errs, doc.Errorf("spec.webhookConfiguration.timeoutSeconds", "%d is out of range: use 1 to 30 seconds", s))
+		} else {
+			m.timeout = time.Duration(s) * time.Second
+		}
+	}
+	if ag := spec.Autogen; ag != nil && ag.PodControllers != nil {
+		cs, err := parseControllers(ag.PodControllers.Controllers)
+		if err != nil {
+			errs = append(errs, doc.Errorf("spec.autogen.podControllers.controllers", "%v", err))
+		}
+		m.controllers = cs
+	}
+	prog, cerrs := compileProgram(doc, d.kyvernoEnv, programSpec{
+		variables:       spec.Variables,
+		matchConditions: spec.MatchConditions,
+		mutations:       spec.Mutations,
+		failurePolicy:   spec.FailurePolicy,
+		name:            doc.Name(),
+	})
+	errs = append(errs, cerrs...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	m.prog = prog
+	m.constraints = spec.MatchConstraints
+	r := resolver{store: d.opts.Objects}
+	m.targets = r.targetsOf(spec.MatchConstraints.ResourceRules, *spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)
+	if len(m.controllers) > 0 {
+		m.autogen = autogenConstraints(spec.MatchConstraints, m.controllers)
+		m.targets = append(m.targets, autogenTargets(m.autogen)...)
+	}
+	if m.existing {
+		c := m.constraints
+		if m.targetConstraints != nil {
+			c = m.targetConstraints
+		}
+		m.existingConstraints = anyOperation(c)
+		m.targets = append(m.targets, r.targetsOf(m.existingConstraints.ResourceRules, true)...)
+	}
+	return m, nil
+}

@@ -1,0 +1,168 @@
+package cel
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// goldenRequest is the optional request.yaml of a golden case.
+type goldenRequest struct {
+	Operation string `json:"operation"`
+	Username  string `json:"username"`
+	Existing  bool   `json:"existing"`
+}
+
+// runGolden loads dir/policy.yaml (and dir/context.yaml), mutates dir/input.yaml and
+// returns the output YAML, or the error text.
+func runGolden(t *testing.T, dir string, opts Options) string {
+	t.Helper()
+	docs, err := policy.Read([]string{filepath.Join(dir, "policy.yaml")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := objects.NewStore()
+	if _, err := os.Stat(filepath.Join(dir, "context.yaml")); err == nil {
+		ctxDocs, err := policy.Read([]string{filepath.Join(dir, "context.yaml")}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ctxDocs {
+			if err := store.Add(d.Object); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	opts.Objects = store
+	d := New(opts)
+	bundle, err := d.Compile(docs)
+	if err != nil {
+		return "load error: " + err.Error() + "\n"
+	}
+	var out strings.Builder
+	for _, w := range bundle.Warnings {
+		out.WriteString("# load warning: " + w + "\n")
+	}
+	set, err := engine.NewSet(bundle.Mutators)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := policy.Read([]string{filepath.Join(dir, "input.yaml")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gr goldenRequest
+	if raw, err := os.ReadFile(filepath.Join(dir, "request.yaml")); err == nil {
+		if err := yaml.Unmarshal(raw, &gr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op := engine.Create
+	if gr.Operation != "" {
+		op = engine.Operation(gr.Operation)
+	}
+	for i, doc := range in {
+		if i > 0 {
+			out.WriteString("---\n")
+		}
+		gv, _ := schema.ParseGroupVersion(doc.APIVersion())
+		req := &engine.Request{
+			Kind:      gv.WithKind(doc.Kind()),
+			Operation: op,
+			Namespace: doc.Namespace(),
+			Name:      doc.Name(),
+			Object:    doc.Object,
+			UserInfo:  engine.UserInfo{Username: gr.Username},
+		}
+		if op == engine.Update {
+			req.OldObject = doc.Object
+		}
+		if ns, ok := store.Namespace(doc.Namespace()); ok {
+			req.NamespaceObject = ns
+		}
+		trace := &Trace{}
+		ctx := WithTrace(context.Background(), trace)
+		if gr.Existing {
+			ctx = ExistingContext(ctx)
+		}
+		before := engine.DeepCopyMap(doc.Object)
+		res, err := set.Mutate(ctx, req)
+		if err != nil {
+			out.WriteString("error: " + err.Error() + "\n")
+			continue
+		}
+		if !engine.Equal(before, doc.Object) {
+			t.Errorf("%s: the input object was modified in place", dir)
+		}
+		for _, w := range res.Warnings {
+			out.WriteString("# warning: " + w + "\n")
+		}
+		for _, s := range trace.Skipped() {
+			out.WriteString("# skipped: " + s.Policy.String() + ": " + s.Err.Error() + "\n")
+		}
+		for _, e := range trace.Exemptions() {
+			out.WriteString("# exempted: " + e.Policy.String() + " by " + e.Namespace + "/" + e.Exception + ": " + e.Object + "\n")
+		}
+		y, err := yaml.Marshal(res.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Write(y)
+	}
+	return out.String()
+}
+
+func TestSpecExamples(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/spec/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			got := runGolden(t, dir, Options{})
+			checkGolden(t, filepath.Join(dir, "output.yaml"), got)
+		})
+	}
+}
+
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs:\n--- want\n%s\n--- got\n%s", path, want, got)
+	}
+}
+
+func TestMutatingAdmissionPolicies(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/map/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			got := runGolden(t, dir, Options{})
+			checkGolden(t, filepath.Join(dir, "output.yaml"), got)
+		})
+	}
+}

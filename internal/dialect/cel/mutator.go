@@ -1,0 +1,406 @@
+package cel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// Mutator is one compiled policy: a MutatingAdmissionPolicy with one of its bindings, or
+// a Kyverno MutatingPolicy. It implements engine.Mutator.
+type Mutator struct {
+	id       engine.ID
+	d        *dialect
+	prog     *program
+	targets  []engine.Target
+	reinvoke engine.Reinvocation
+	failure  admissionv1.FailurePolicyType
+
+	constraints *admissionv1.MatchResources
+	// binding is the binding's matchResources (MutatingAdmissionPolicy only), intersected
+	// with constraints; nil matches everything.
+	binding   *admissionv1.MatchResources
+	paramKind *admissionv1.ParamKind
+	paramRef  *admissionv1.ParamRef
+
+	// Kyverno only.
+	kyverno           bool
+	namespace         string // a NamespacedMutatingPolicy mutates its own namespace only
+	admission         bool
+	existing          bool
+	targetConstraints *admissionv1.MatchResources
+	// existingConstraints match existing objects: targetConstraints (else constraints)
+	// for any operation.
+	existingConstraints *admissionv1.MatchResources
+	timeout             time.Duration
+	controllers         []controller
+	autogen             *admissionv1.MatchResources
+	exceptions          []*exception
+}
+
+// ID implements engine.Mutator.
+func (m *Mutator) ID() engine.ID { return m.id }
+
+// Targets implements engine.Mutator.
+func (m *Mutator) Targets() []engine.Target { return m.targets }
+
+// Reinvocation implements engine.Mutator.
+func (m *Mutator) Reinvocation() engine.Reinvocation { return m.reinvoke }
+
+// FailurePolicy implements engine.Mutator: Fail (the default) fails the request, Ignore
+// drops the policy's changes.
+func (m *Mutator) FailurePolicy() engine.FailurePolicy {
+	if m.failure == admissionv1.Ignore {
+		return engine.FailIgnore
+	}
+	return engine.FailClose
+}
+
+// MutatesExisting reports whether the policy mutates existing objects
+// (evaluation.mutateExisting.enabled, Kyverno only).
+func (m *Mutator) MutatesExisting() bool { return m.existing }
+
+// AppliesAtAdmission reports whether the policy runs at admission
+// (evaluation.admission.enabled, true unless a Kyverno policy turns it off).
+func (m *Mutator) AppliesAtAdmission() bool { return !m.kyverno || m.admission }
+
+// MatchesTarget reports whether an existing object is one this policy mutates in the
+// background: it must match targetMatchConstraints, or matchConstraints when the policy
+// has none. req describes the object as an UPDATE of itself.
+func (m *Mutator) MatchesTarget(req *engine.Request) (bool, error) {
+	if !m.existing {
+		return false, nil
+	}
+	r := resolver{store: m.d.opts.Objects}
+	attr := attributes(req, req.Object, r.requestResource(req))
+	ok, _, _, err := r.matchOne(req, attr, m.existingConstraints)
+	return ok, err
+}
+
+// anyOperation copies match constraints with every rule's operations set to "*": an
+// existing object is not under any operation.
+func anyOperation(c *admissionv1.MatchResources) *admissionv1.MatchResources {
+	out := c.DeepCopy()
+	for _, rules := range [][]admissionv1.NamedRuleWithOperations{out.ResourceRules, out.ExcludeResourceRules} {
+		for i := range rules {
+			rules[i].Operations = []admissionv1.OperationType{admissionv1.OperationAll}
+		}
+	}
+	return out
+}
+
+// existingKey marks a context as a background (mutate existing) evaluation.
+type existingKey struct{}
+
+// ExistingContext marks ctx as the evaluation of existing objects (`morph apply
+// --existing`, the background controller): policies with mutateExisting run, matched by
+// their targetMatchConstraints, and policies whose admission is off run too.
+func ExistingContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, existingKey{}, true)
+}
+
+func isExisting(ctx context.Context) bool { v, _ := ctx.Value(existingKey{}).(bool); return v }
+
+// invocation is what Matches found and Mutate uses.
+type invocation struct {
+	gvr schema.GroupVersionResource
+	gvk schema.GroupVersionKind
+	// ctrl is the pod controller whose template is mutated (autogen), or nil.
+	ctrl *controller
+	// warnings are the mutations that failed under failurePolicy Ignore.
+	warnings []string
+}
+
+// match decides whether the request is one for this policy, as the API server's
+// dispatcher does: the policy's matchConstraints, then the binding's matchResources.
+func (m *Mutator) match(ctx context.Context, req *engine.Request, obj map[string]any) (*invocation, error) {
+	if rules.IsExemptAdmissionConfigurationResource(attributes(req, nil, req.Resource)) {
+		return nil, nil
+	}
+	if m.namespace != "" && req.Namespace != m.namespace && metaNamespace(obj) != m.namespace {
+		return nil, nil
+	}
+	r := resolver{store: m.d.opts.Objects}
+	attr := attributes(req, obj, r.requestResource(req))
+	if isExisting(ctx) {
+		// Existing objects are mutated by mutateExisting policies only.
+		ok, err := m.MatchesTarget(req)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return &invocation{gvr: r.requestResource(req), gvk: req.Kind}, nil
+	} else if m.kyverno && !m.admission {
+		return nil, nil
+	}
+	constraints := m.constraints
+	var ctrl *controller
+	if c := controllerOf(m.controllers, req.Kind); c != nil {
+		constraints, ctrl = m.autogen, c
+	}
+	ok, gvr, gvk, err := r.matchOne(req, attr, constraints)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if m.binding != nil {
+		ok, _, _, err := r.matchOne(req, attr, m.binding)
+		if err != nil || !ok {
+			return nil, err
+		}
+	}
+	return &invocation{gvr: gvr, gvk: gvk, ctrl: ctrl}, nil
+}
+
+func metaNamespace(obj map[string]any) string {
+	ns, _ := obj["metadata"].(map[string]any)["namespace"].(string)
+	return ns
+}
+
+// Matches implements engine.Mutator.
+func (m *Mutator) Matches(ctx context.Context, req *engine.Request, obj map[string]any) (bool, error) {
+	inv, err := m.match(ctx, req, obj)
+	return inv != nil, err
+}
+
+// Mutate implements engine.Mutator: it evaluates the policy on obj with the API server's
+// patchers and returns the new object (a fresh one, sharing nothing with obj), recording
+// every changed path.
+func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+	inv, err := m.match(ctx, req, obj)
+	if err != nil || inv == nil {
+		return obj, err
+	}
+	if m.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.timeout)
+		defer cancel()
+	}
+	var out map[string]any
+	if inv.ctrl != nil {
+		out, err = m.mutateTemplate(ctx, req, obj, inv)
+	} else {
+		out, err = m.evaluate(ctx, req, obj, req.OldObject, inv)
+	}
+	for _, text := range inv.warnings {
+		w.Warn(text)
+	}
+	if err != nil || out == nil {
+		return obj, err
+	}
+	engine.Normalize(out)
+	changes := engine.Diff(obj, out)
+	if len(changes) == 0 {
+		return obj, nil
+	}
+	for _, c := range changes {
+		w.Changed(c.Path)
+	}
+	return out, nil
+}
+
+// evaluate runs the exceptions, params, match conditions and mutations on obj (a Pod for
+// autogen templates) and returns the mutated object, or nil when nothing applied.
+func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old map[string]any, inv *invocation) (map[string]any, error) {
+	r := resolver{store: m.d.opts.Objects}
+	gvk := inv.gvk
+	if inv.ctrl != nil {
+		gvk = podGVK
+	}
+	obj = withKind(obj, gvk)
+	if old != nil {
+		old = withKind(old, gvk)
+	}
+	attr := attributes(req, obj, r.requestResource(req))
+	va := &admission.VersionedAttributes{
+		Attributes:         attr,
+		VersionedKind:      gvk,
+		VersionedObject:    admission.NewLazyObject(&unstructured.Unstructured{Object: obj}),
+		VersionedOldObject: admission.NewLazyObject(nil),
+	}
+	if old != nil {
+		va.VersionedOldObject = admission.NewLazyObject(&unstructured.Unstructured{Object: old})
+	}
+	authz := offlineAuthorizer{}
+
+	if ex := m.exemptedBy(ctx, va, req); ex != nil {
+		recordExemption(ctx, Exemption{Policy: m.id, Exception: ex.name, Namespace: ex.namespace, Object: objectName(req, obj)})
+		return nil, nil
+	}
+
+	params, err := m.collectParams(attr.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	ns := r.namespaceObject(req, attr)
+	oi := objectInterfaces{eq: equivalents{r: r, kind: req.Kind}}
+	for _, param := range params {
+		cctx := m.prog.compiler.CreateContext(ctx)
+		if m.prog.matcher != nil {
+			res := m.prog.matcher.Match(cctx, va, param, authz)
+			if res.Error != nil {
+				return nil, fmt.Errorf("match conditions: %w", res.Error)
+			}
+			if !res.Matches {
+				continue
+			}
+		}
+		var errs []error
+		for i, p := range m.prog.patchers {
+			if va.VersionedObject.Object() == nil {
+				continue
+			}
+			preq := patch.Request{
+				MatchedResource:     inv.gvr,
+				VersionedAttributes: va,
+				ObjectInterfaces:    oi,
+				OptionalVariables:   plugincel.OptionalVariableBindings{VersionedParams: param, Authorizer: authz},
+				Namespace:           ns,
+			}
+			if m.prog.applyConfig[i] {
+				tc, err := m.d.types.TypeConverter(gvk)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("mutations[%d]: %w", i, err))
+					continue
+				}
+				preq.TypeConverter = tc
+			}
+			next, err := p.Patch(cctx, preq, celconfig.RuntimeCELCostBudget)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("mutations[%d]: %w", i, err))
+				continue
+			}
+			va.UpdateObject(next)
+		}
+		if len(errs) > 0 {
+			// The API server goes on with the policy's other mutations and then fails
+			// the request (Fail) or drops the errors (Ignore): keep the mutations that
+			// worked under Ignore, as it does, and fail otherwise.
+			if m.failure == admissionv1.Ignore {
+				joined := errors.Join(errs...)
+				recordSkipped(ctx, m.id, joined)
+				inv.warnings = append(inv.warnings, fmt.Sprintf("%s: mutation skipped (failurePolicy Ignore): %v", m.id, joined))
+				continue
+			}
+			return nil, errors.Join(errs...)
+		}
+	}
+	if !va.Dirty {
+		return nil, nil
+	}
+	u, ok := va.VersionedObject.Object().(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("the patcher returned a %T, not an unstructured object", va.VersionedObject.Object())
+	}
+	out := u.Object
+	if gvk != req.Kind && inv.ctrl == nil {
+		out = withKind(out, req.Kind)
+	}
+	return out, nil
+}
+
+// withKind returns obj with apiVersion and kind set to gvk (a shallow copy when they
+// differ): the patchers need them, and an object matched at an equivalent version of a
+// CRD converting with strategy None differs from it only there.
+func withKind(obj map[string]any, gvk schema.GroupVersionKind) map[string]any {
+	if obj["apiVersion"] == gvk.GroupVersion().String() && obj["kind"] == gvk.Kind {
+		return obj
+	}
+	c := maps.Clone(obj)
+	c["apiVersion"] = gvk.GroupVersion().String()
+	c["kind"] = gvk.Kind
+	return c
+}
+
+func objectName(req *engine.Request, obj map[string]any) string {
+	name, _ := obj["metadata"].(map[string]any)["name"].(string)
+	if ns := metaNamespace(obj); ns != "" {
+		name = ns + "/" + name
+	}
+	return req.Kind.Kind + " " + name
+}
+
+// collectParams finds the params of a binding in the context objects, as the API server's
+// generic.CollectParams does with its informers: one nil param when the policy takes
+// none; by name or by selector, in the binding's namespace, the request's namespace, or
+// cluster-wide for cluster-scoped kinds; parameterNotFoundAction Deny fails when none.
+func (m *Mutator) collectParams(namespace string) ([]runtime.Object, error) {
+	if m.paramKind == nil || m.paramRef == nil {
+		return []runtime.Object{nil}, nil
+	}
+	store := m.d.opts.Objects
+	gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion)
+	if err != nil {
+		return nil, fmt.Errorf("paramKind.apiVersion: %w", err)
+	}
+	ref := m.paramRef
+	namespaced := store == nil || store.Namespaced(gv.Group, m.paramKind.Kind)
+	ns := ""
+	if namespaced {
+		ns = namespace
+		if ref.Namespace != "" {
+			ns = ref.Namespace
+		} else if ns == "" {
+			return nil, fmt.Errorf("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources")
+		}
+	} else if ref.Namespace != "" {
+		return nil, fmt.Errorf("paramRef.namespace must not be provided for a cluster-scoped `paramKind`")
+	}
+	var params []runtime.Object
+	if store != nil {
+		switch {
+		case ref.Name != "":
+			if obj, ok := store.Get(gv.Group, m.paramKind.Kind, ns, ref.Name); ok {
+				params = append(params, &unstructured.Unstructured{Object: obj})
+			}
+		case ref.Selector != nil:
+			sel, err := metav1LabelSelector(ref.Selector)
+			if err != nil {
+				return nil, err
+			}
+			for _, obj := range store.List(gv.Group, m.paramKind.Kind, ns) {
+				if sel.Matches(labelSet(obj)) {
+					params = append(params, &unstructured.Unstructured{Object: obj})
+				}
+			}
+		}
+	}
+	if len(params) == 0 && ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionv1.DenyAction {
+		return nil, errors.New("no params found for policy binding with `Deny` parameterNotFoundAction")
+	}
+	return params, nil
+}
+
+func metav1LabelSelector(s *metav1.LabelSelector) (labels.Selector, error) {
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		return nil, fmt.Errorf("paramRef.selector: %w", err)
+	}
+	return sel, nil
+}
+
+// labelSet reads an object's labels.
+func labelSet(obj map[string]any) labels.Set {
+	raw, _ := obj["metadata"].(map[string]any)["labels"].(map[string]any)
+	set := make(labels.Set, len(raw))
+	for k, v := range raw {
+		if s, ok := v.(string); ok {
+			set[k] = s
+		}
+	}
+	return set
+}
