@@ -167,47 +167,5 @@ func assertJSONEqual(t *testing.T, got, want map[string]any) {
 	}
 }
 
-// BenchmarkWorkload measures the workload as the README defines it: deep-copy the
-// parsed Pod, build a request, mutate until convergence.
-func BenchmarkWorkload(b *testing.B) {
-	wl := loadWorkload(b)
-	ctx := context.Background()
-	for _, file := range []string{"mutators-0.yaml", "mutators-10.yaml", "mutators-100.yaml"} {
-		set := loadSet(b, file, Options{})
-		b.Run(file, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				obj := engine.DeepCopyMap(wl.pod)
-				if _, err := set.Mutate(ctx, podRequest(obj, wl.ns, engine.Create)); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkJSONRoundTrip is the README's baseline: decode pod.json into a map and
-// encode it again.
-func BenchmarkJSONRoundTrip(b *testing.B) {
-	wl := loadWorkload(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		var m map[string]any
-		if err := json.Unmarshal(wl.podJSON, &m); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := json.Marshal(m); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDeepCopy measures the deep copy that BenchmarkWorkload's definition includes
-// in every op, to tell it apart from the mutation itself.
-func BenchmarkDeepCopy(b *testing.B) {
-	wl := loadWorkload(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = engine.DeepCopyMap(wl.pod)
-	}
-}
+// The workload's benchmarks live in package bench (make bench), beside the JSON round
+// trip and the other dialects, so that all are measured in one run.

@@ -100,3 +100,22 @@ func BenchmarkJSONRoundTripWebsite(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkJSONRoundTripCronJob is BenchmarkConvertCronJob's yardstick: encoding/json
+// decode and encode of the same CronJob object.
+func BenchmarkJSONRoundTripCronJob(b *testing.B) {
+	data, err := json.Marshal(realisticCronJob())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var v map[string]any
+		if err := json.Unmarshal(data, &v); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
