@@ -187,14 +187,14 @@ func Decode(file string, data []byte) ([]Document, error) {
 		}
 		obj, ok := v.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s: document %d: expected an object with apiVersion and kind, found %s", file, idx, typeName(v))
+			return nil, fmt.Errorf("%s: document %d: expected an object with apiVersion and kind, found %s", file, idx, Describe(v))
 		}
 		engine.Normalize(obj)
 		if items, ok := obj["items"].([]any); ok && strings.HasSuffix(stringOf(obj["kind"]), "List") {
 			for j, it := range items {
 				m, ok := it.(map[string]any)
 				if !ok {
-					return nil, fmt.Errorf("%s: document %d: items[%d]: expected an object, found %s", file, idx, j, typeName(it))
+					return nil, fmt.Errorf("%s: document %d: items[%d]: expected an object, found %s", file, idx, j, Describe(it))
 				}
 				docs = append(docs, Document{File: file, Index: idx, Object: m})
 			}
@@ -207,18 +207,40 @@ func Decode(file string, data []byte) ([]Document, error) {
 
 func stringOf(v any) string { s, _ := v.(string); return s }
 
-func typeName(v any) string {
+// Describe names the JSON type of a decoded value for error messages: "a string",
+// "an object", "null".
+func Describe(v any) string {
 	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
 	case []any:
 		return "a list"
 	case string:
 		return "a string"
 	case bool:
 		return "a boolean"
-	case int64, float64:
+	case int64, float64, int:
 		return "a number"
 	}
-	return fmt.Sprintf("%T", v)
+	return fmt.Sprintf("a %T", v)
+}
+
+// UnknownField returns the first key of m (in sorted order) that is not in allowed,
+// for strict reading of policy fields.
+func UnknownField(m map[string]any, allowed ...string) (string, bool) {
+	var unknown []string
+	for k := range m {
+		if !slices.Contains(allowed, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return "", false
+	}
+	slices.Sort(unknown)
+	return unknown[0], true
 }
 
 // splitYAML splits a multi-document YAML stream at lines that are exactly "---" (with

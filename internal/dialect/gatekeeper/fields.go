@@ -2,7 +2,6 @@ package gatekeeper
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/morph-dev/morph/internal/policy"
@@ -32,17 +31,10 @@ func (f fields) object(v any, field string) (map[string]any, error) {
 
 // known rejects keys of m that are not in allowed.
 func (f fields) known(m map[string]any, field string, allowed ...string) error {
-	var unknown []string
-	for k := range m {
-		if !slices.Contains(allowed, k) {
-			unknown = append(unknown, k)
-		}
+	if k, ok := policy.UnknownField(m, allowed...); ok {
+		return f.errorf(join(field, k), "unknown field: the fields of %s are %s", orRoot(field), strings.Join(allowed, ", "))
 	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	slices.Sort(unknown)
-	return f.errorf(join(field, unknown[0]), "unknown field: the fields of %s are %s", orRoot(field), strings.Join(allowed, ", "))
+	return nil
 }
 
 func (f fields) str(v any, field string) (string, error) {

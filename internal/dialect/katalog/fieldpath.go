@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/policy"
 )
 
 // Path is a parsed field path: the map keys from the object's root to the field.
@@ -217,20 +218,4 @@ func (p Path) remove(obj map[string]any, w *engine.Writer) (map[string]any, bool
 }
 
 // describe names the JSON type of a decoded value, for messages.
-func describe(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int64, float64, int:
-		return "a number"
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("a %T", v)
-}
+func describe(v any) string { return policy.Describe(v) }

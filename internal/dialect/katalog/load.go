@@ -194,17 +194,10 @@ func entryList(v any) ([]rawEntry, error) {
 
 // checkKeys rejects keys outside allowed, naming the first unknown key in sorted order.
 func checkKeys(m map[string]any, allowed ...string) error {
-	var unknown []string
-	for k := range m {
-		if !slices.Contains(allowed, k) {
-			unknown = append(unknown, k)
-		}
+	if k, ok := policy.UnknownField(m, allowed...); ok {
+		return fmt.Errorf("unknown field %q: the fields here are %s", k, strings.Join(allowed, ", "))
 	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	slices.Sort(unknown)
-	return fmt.Errorf("unknown field %q: the fields here are %s", unknown[0], strings.Join(allowed, ", "))
+	return nil
 }
 
 func asMap(v any, what string) (map[string]any, error) {

@@ -1,0 +1,338 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// AuditAnnotationMutatedBy is the audit annotation listing the policies that changed the
+// object. The API server prefixes it with the webhook's name.
+const AuditAnnotationMutatedBy = "mutated-by"
+
+var admissionGV = admissionv1.SchemeGroupVersion.String()
+
+// decodeAdmissionReview decodes and checks an AdmissionReview admission.k8s.io/v1.
+func decodeAdmissionReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, errors.New("empty body: send an AdmissionReview admission.k8s.io/v1")
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return nil, fmt.Errorf("not an AdmissionReview: %w", err)
+	}
+	if review.APIVersion != admissionGV || review.Kind != "AdmissionReview" {
+		return nil, fmt.Errorf("expected apiVersion %s kind AdmissionReview, got apiVersion %q kind %q: list only v1 in admissionReviewVersions", admissionGV, review.APIVersion, review.Kind)
+	}
+	r := review.Request
+	switch {
+	case r == nil:
+		return nil, errors.New("AdmissionReview has no request")
+	case r.UID == "":
+		return nil, errors.New("request.uid is empty")
+	case r.Kind.Kind == "" || r.Kind.Version == "":
+		return nil, errors.New("request.kind needs version and kind")
+	}
+	return &review, nil
+}
+
+// decodeObject decodes an embedded object, keeping integers exact.
+func decodeObject(field string, raw []byte) (map[string]any, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if v == nil {
+		return nil, nil
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: expected a JSON object, found %s", field, jsonType(v))
+	}
+	if err := normalizeNumbers(obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return obj, nil
+}
+
+// normalizeNumbers turns the json.Numbers of a decoded value into int64 or float64 in
+// place, as engine.Normalize does, refusing numbers no float64 holds (1e400).
+func normalizeNumbers(v any) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if n, ok := e.(json.Number); ok {
+				f, err := number(n)
+				if err != nil {
+					return err
+				}
+				x[k] = f
+			} else if err := normalizeNumbers(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if n, ok := e.(json.Number); ok {
+				f, err := number(n)
+				if err != nil {
+					return err
+				}
+				x[i] = f
+			} else if err := normalizeNumbers(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func number(n json.Number) (any, error) {
+	if i, err := n.Int64(); err == nil {
+		return i, nil
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return nil, fmt.Errorf("number %s is out of range", n)
+	}
+	return engine.Normalize(f), nil
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// engineRequest turns an admission request into the engine's request.
+func engineRequest(ar *admissionv1.AdmissionRequest, namespaces NamespaceLookup) (*engine.Request, error) {
+	op, err := engine.ParseOperation(string(ar.Operation))
+	if err != nil {
+		return nil, fmt.Errorf("request.operation: %w", err)
+	}
+	obj, err := decodeObject("request.object", ar.Object.Raw)
+	if err != nil {
+		return nil, err
+	}
+	old, err := decodeObject("request.oldObject", ar.OldObject.Raw)
+	if err != nil {
+		return nil, err
+	}
+	req := &engine.Request{
+		UID:         string(ar.UID),
+		Kind:        schema.GroupVersionKind(ar.Kind),
+		Resource:    schema.GroupVersionResource(ar.Resource),
+		SubResource: ar.SubResource,
+		Operation:   op,
+		Namespace:   ar.Namespace,
+		Name:        ar.Name,
+		Object:      obj,
+		OldObject:   old,
+		UserInfo: engine.UserInfo{
+			Username: ar.UserInfo.Username,
+			UID:      ar.UserInfo.UID,
+			Groups:   ar.UserInfo.Groups,
+		},
+		Source: engine.SourceOriginal,
+		DryRun: ar.DryRun != nil && *ar.DryRun,
+	}
+	if len(ar.UserInfo.Extra) > 0 {
+		req.UserInfo.Extra = make(map[string][]string, len(ar.UserInfo.Extra))
+		for k, v := range ar.UserInfo.Extra {
+			req.UserInfo.Extra[k] = v
+		}
+	}
+	switch {
+	case req.Kind.Group == "" && req.Kind.Kind == "Namespace":
+		// A Namespace's namespaceSelector reads the Namespace itself.
+		req.NamespaceObject = obj
+		if obj == nil {
+			req.NamespaceObject = old
+		}
+	case req.Namespace != "" && namespaces != nil:
+		if ns, ok := namespaces.Namespace(req.Namespace); ok {
+			req.NamespaceObject = ns
+		}
+	}
+	return req, nil
+}
+
+func describe(c *call, ar *admissionv1.AdmissionRequest) {
+	c.uid = string(ar.UID)
+	c.kind = schema.GroupVersionKind(ar.Kind).String()
+	c.operation = string(ar.Operation)
+	c.namespace = ar.Namespace
+	c.name = ar.Name
+}
+
+func admissionAnswer(resp *admissionv1.AdmissionResponse) *admissionv1.AdmissionReview {
+	return &admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionGV, Kind: "AdmissionReview"},
+		Response: resp,
+	}
+}
+
+func unavailable(what string, s *Server) reply {
+	s.mu.Lock()
+	why := s.lastError
+	s.mu.Unlock()
+	if why == "" {
+		why = "loading"
+	}
+	return reply{status: http.StatusServiceUnavailable, message: fmt.Sprintf("%s: policies are not loaded: %s", what, why), outcome: outcomeUnavailable}
+}
+
+// mutate answers /mutate.
+func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
+	review, err := decodeAdmissionReview(body)
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	ar := review.Request
+	describe(c, ar)
+	rt := s.rt.Load()
+	if rt == nil {
+		return unavailable("mutate", s)
+	}
+	req, err := engineRequest(ar, rt.namespaces)
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	resp := &admissionv1.AdmissionResponse{UID: ar.UID, Allowed: true}
+	if req.Object == nil {
+		// DELETE and CONNECT without options: nothing to mutate.
+		return ok(admissionAnswer(resp), outcomeAllowed)
+	}
+	res, err := rt.set.Mutate(ctx, req)
+	if err != nil {
+		return s.mutationFailed(ctx, rt, req, resp, err, c)
+	}
+	s.metrics.passes.Observe(float64(res.Passes))
+	for _, f := range res.Failures {
+		s.metrics.errors.WithLabelValues(f.ID.String()).Inc()
+		s.log.Warn("policy skipped", append(c.attrs(), "policy", f.ID.String(), "error", f.Err)...)
+	}
+	resp.Warnings = append(resp.Warnings, res.Warnings...)
+	if rt.validators.Len() > 0 {
+		violations, _ := rt.validators.Validate(ctx, req, res.Object)
+		for _, v := range violations {
+			if !v.Deny {
+				resp.Warnings = append(resp.Warnings, violationText(v))
+			}
+		}
+	}
+	if !res.Changed() {
+		return ok(admissionAnswer(resp), outcomeAllowed)
+	}
+	patch, err := res.Patch.JSON()
+	if err != nil {
+		c.err = fmt.Errorf("encoding the patch: %w", err)
+		return reply{status: http.StatusInternalServerError, message: c.err.Error(), outcome: outcomeFailed}
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	mutated := res.Mutated()
+	names := make([]string, len(mutated))
+	for i, id := range mutated {
+		names[i] = id.String()
+		s.metrics.mutations.WithLabelValues(names[i]).Inc()
+	}
+	resp.AuditAnnotations = map[string]string{AuditAnnotationMutatedBy: strings.Join(names, ", ")}
+	return ok(admissionAnswer(resp), outcomePatched)
+}
+
+// mutationFailed answers a request the engine could not finish (see the package
+// documentation, "Failures and deadlines").
+func (s *Server) mutationFailed(ctx context.Context, rt *runtime, req *engine.Request, resp *admissionv1.AdmissionResponse, err error, c *call) reply {
+	c.err = err
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		if !rt.failClose(rt.set.Candidates(req.Kind, req.Operation)) {
+			resp.Warnings = append(resp.Warnings, fmt.Sprintf("morph: mutation did not finish in time (%v); the object was admitted unchanged", err))
+			return ok(admissionAnswer(resp), outcomeFailed)
+		}
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGatewayTimeout, Reason: metav1.StatusReasonTimeout,
+			Message: fmt.Sprintf("morph: mutation did not finish in time: %v", err)}
+		return ok(admissionAnswer(resp), outcomeFailed)
+	}
+	if me, ok := errors.AsType[*engine.MutatorError](err); ok {
+		s.metrics.errors.WithLabelValues(me.ID.String()).Inc()
+	}
+	resp.Allowed = false
+	resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError,
+		Message: "morph: " + err.Error()}
+	return ok(admissionAnswer(resp), outcomeFailed)
+}
+
+func violationText(v engine.Violation) string {
+	if v.Field == "" {
+		return fmt.Sprintf("%s: %s", v.ID, v.Message)
+	}
+	return fmt.Sprintf("%s: %s: %s", v.ID, v.Field, v.Message)
+}
+
+// validate answers /validate.
+func (s *Server) validate(ctx context.Context, body []byte, c *call) reply {
+	review, err := decodeAdmissionReview(body)
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	ar := review.Request
+	describe(c, ar)
+	rt := s.rt.Load()
+	if rt == nil {
+		return unavailable("validate", s)
+	}
+	req, err := engineRequest(ar, rt.namespaces)
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	resp := &admissionv1.AdmissionResponse{UID: ar.UID, Allowed: true}
+	obj := req.Object
+	if obj == nil {
+		obj = req.OldObject
+	}
+	if obj == nil || rt.validators.Len() == 0 {
+		return ok(admissionAnswer(resp), outcomeAllowed)
+	}
+	violations, warnings := rt.validators.Validate(ctx, req, obj)
+	resp.Warnings = warnings
+	var denials []string
+	for _, v := range violations {
+		if v.Deny {
+			denials = append(denials, violationText(v))
+		} else {
+			resp.Warnings = append(resp.Warnings, violationText(v))
+		}
+	}
+	if len(denials) == 0 {
+		return ok(admissionAnswer(resp), outcomeAllowed)
+	}
+	resp.Allowed = false
+	resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+		Message: strings.Join(denials, "; ")}
+	return ok(admissionAnswer(resp), outcomeDenied)
+}

@@ -1,0 +1,270 @@
+package webhook
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+)
+
+// File names in a certificate folder.
+const (
+	CAFile   = "ca.crt"
+	CertFile = "tls.crt"
+	KeyFile  = "tls.key"
+)
+
+// Certificates serves a certificate and key pair from files, reloading them when their
+// modification time or size changes, so that a rotated certificate (a cert-manager
+// Secret update) is used without a restart. It is safe for concurrent use.
+type Certificates struct {
+	certFile, keyFile string
+	// checkEvery bounds how often the files are examined.
+	checkEvery time.Duration
+	now        func() time.Time
+
+	mu        sync.Mutex
+	cert      *tls.Certificate
+	stamp     [2]fileStamp
+	checkedAt time.Time
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stampOf(path string) (fileStamp, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{mod: info.ModTime(), size: info.Size()}, nil
+}
+
+// LoadCertificates reads a certificate and key pair and returns a source that keeps them
+// current.
+func LoadCertificates(certFile, keyFile string) (*Certificates, error) {
+	c := &Certificates{certFile: certFile, keyFile: keyFile, checkEvery: time.Second, now: time.Now}
+	if err := c.refresh(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// refresh reloads the pair when either file changed. Called with mu held, or before c
+// is shared.
+func (c *Certificates) refresh() error {
+	cs, err := stampOf(c.certFile)
+	if err != nil {
+		return fmt.Errorf("TLS certificate: %w", err)
+	}
+	ks, err := stampOf(c.keyFile)
+	if err != nil {
+		return fmt.Errorf("TLS key: %w", err)
+	}
+	if c.cert != nil && cs == c.stamp[0] && ks == c.stamp[1] {
+		return nil
+	}
+	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	if err != nil {
+		return fmt.Errorf("TLS certificate %s and key %s: %w", c.certFile, c.keyFile, err)
+	}
+	c.cert, c.stamp = &pair, [2]fileStamp{cs, ks}
+	return nil
+}
+
+// GetCertificate implements tls.Config.GetCertificate. When the files changed but cannot
+// be loaded (a rotation caught half written), the previous pair is served until they
+// load.
+func (c *Certificates) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); now.Sub(c.checkedAt) >= c.checkEvery {
+		c.checkedAt = now
+		_ = c.refresh() // keep serving the last good pair
+	}
+	return c.cert, nil
+}
+
+// Leaf returns the parsed serving certificate currently used.
+func (c *Certificates) Leaf() *x509.Certificate {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cert.Leaf
+}
+
+// TLSConfig returns a server configuration that serves these certificates with TLS 1.2
+// or later.
+func (c *Certificates) TLSConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.GetCertificate}
+}
+
+// EnsureCertificates makes sure dir holds tls.crt and tls.key. When either is missing it
+// generates a CA and a serving certificate signed by it (ECDSA P-256) for hosts (IP
+// addresses or DNS names), writes ca.crt, tls.crt and tls.key (keys 0600), and returns
+// true. The CA's key is not kept: a new certificate means a new CA.
+func EnsureCertificates(dir string, hosts []string, now time.Time) (generated bool, err error) {
+	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	_, certErr := os.Stat(certPath)
+	_, keyErr := os.Stat(keyPath)
+	if certErr == nil && keyErr == nil {
+		return false, nil
+	}
+	for _, err := range []error{certErr, keyErr} {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("certificate folder %s: %w", dir, err)
+		}
+	}
+	if len(hosts) == 0 {
+		return false, errors.New("generating a serving certificate needs at least one host name or IP address")
+	}
+	caPEM, certPEM, keyPEM, err := GenerateCertificates(hosts, now)
+	if err != nil {
+		return false, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("certificate folder: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm fs.FileMode
+	}{{CAFile, caPEM, 0o644}, {KeyFile, keyPEM, 0o600}, {CertFile, certPEM, 0o644}} {
+		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so a reader never sees a
+// half-written certificate.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	// After the rename the temporary name is gone and Remove fails harmlessly.
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if err := tmp.Chmod(perm); err != nil {
+		return errors.Join(fmt.Errorf("writing %s: %w", path, err), tmp.Close())
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return errors.Join(fmt.Errorf("writing %s: %w", path, err), tmp.Close())
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// GenerateCertificates creates a CA (valid 10 years) and a serving certificate signed by
+// it (valid 1 year) for hosts, and returns them PEM encoded with the serving key.
+func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("generating the CA key: %w", err)
+	}
+	caSerial, err := serial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	caTemplate := &x509.Certificate{
+		SerialNumber:          caSerial,
+		Subject:               pkix.Name{CommonName: "morph webhook CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("generating the serving key: %w", err)
+	}
+	certSerial, err := serial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	template := &x509.Certificate{
+		SerialNumber: certSerial,
+		Subject:      pkix.Name{CommonName: hosts[0]},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(1, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			template.IPAddresses = append(template.IPAddresses, ip)
+		} else {
+			template.DNSNames = append(template.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("creating the serving certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("encoding the serving key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+func serial() (*big.Int, error) {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("generating a serial number: %w", err)
+	}
+	return n, nil
+}
+
+// CertificateHosts lists the names a generated certificate is for: the host of addr
+// (localhost and 127.0.0.1 when it is empty or unspecified) and the extra DNS names.
+func CertificateHosts(addr string, dnsNames []string) ([]string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--addr %q: %w", addr, err)
+	}
+	var hosts []string
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		hosts = append(hosts, "localhost", "127.0.0.1")
+	} else {
+		hosts = append(hosts, host)
+	}
+	for _, n := range dnsNames {
+		if n != "" && !slices.Contains(hosts, n) {
+			hosts = append(hosts, n)
+		}
+	}
+	return hosts, nil
+}

@@ -1,0 +1,67 @@
+package webhook
+
+import (
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Readiness is the JSON body of /readyz (and /healthz).
+type Readiness struct {
+	Ready       bool          `json:"ready"`
+	Policies    *PolicyCounts `json:"policies,omitempty"`
+	LoadedAt    *time.Time    `json:"loadedAt,omitempty"`
+	LastError   string        `json:"lastError,omitempty"`
+	LastErrorAt *time.Time    `json:"lastErrorAt,omitempty"`
+	// Notes are load-time warnings of the policies served.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Readiness reports the server's state: whether policies are loaded, how many, and the
+// last load error (kept until a later load succeeds).
+func (s *Server) Readiness() Readiness {
+	var r Readiness
+	if rt := s.rt.Load(); rt != nil {
+		counts, loaded := rt.counts, rt.loaded
+		r.Ready, r.Policies, r.LoadedAt, r.Notes = true, &counts, &loaded, rt.notes
+	}
+	s.mu.Lock()
+	if s.reportedErr != "" {
+		at := s.lastErrorAt
+		r.LastError, r.LastErrorAt = s.lastError, &at
+	}
+	s.mu.Unlock()
+	return r
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	r := s.Readiness()
+	status := http.StatusOK
+	if !r.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	s.writeJSON(w, status, r)
+}
+
+func (s *Server) katalog(w http.ResponseWriter, r *http.Request) {
+	entry := strings.TrimPrefix(r.URL.Path, "/katalog/")
+	rt := s.rt.Load()
+	if entry == "" || strings.Contains(entry, "/") || rt == nil {
+		http.NotFound(w, r)
+		return
+	}
+	stats, found, err := rt.entryStats(entry)
+	switch {
+	case !found:
+		http.Error(w, "no policy exposes statistics under entry "+entry, http.StatusNotFound)
+	case err != nil:
+		s.log.Error("encoding statistics", "entry", entry, "error", err)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		s.writeJSON(w, http.StatusOK, stats)
+	}
+}

@@ -1,0 +1,80 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus metrics, registered in a registry the server owns.
+type metrics struct {
+	registry    *prometheus.Registry
+	requests    *prometheus.CounterVec   // endpoint, outcome
+	latency     *prometheus.HistogramVec // endpoint, outcome
+	mutations   *prometheus.CounterVec   // policy
+	errors      *prometheus.CounterVec   // policy
+	passes      prometheus.Histogram
+	conversions *prometheus.CounterVec // outcome
+	reloads     *prometheus.CounterVec // outcome
+	policies    *prometheus.GaugeVec   // sort
+}
+
+// Request outcomes, the "outcome" label of the request metrics.
+const (
+	outcomeAllowed     = "allowed"     // admitted (or converted) without change
+	outcomePatched     = "patched"     // admitted with a patch
+	outcomeDenied      = "denied"      // refused by a policy
+	outcomeFailed      = "failed"      // refused because a policy failed or the deadline passed
+	outcomeBadRequest  = "bad_request" // 4xx: malformed, too large, wrong method or type
+	outcomeUnavailable = "unavailable" // 503: no policy set loaded
+	outcomePanic       = "panic"       // 500: recovered panic
+)
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "morph", Subsystem: "webhook", Name: "requests_total",
+			Help: "Webhook requests by endpoint and outcome.",
+		}, []string{"endpoint", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "morph", Subsystem: "webhook", Name: "request_duration_seconds",
+			Help:    "Time to answer a webhook request, by endpoint and outcome.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"endpoint", "outcome"}),
+		mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "morph", Name: "mutations_total",
+			Help: "Objects changed, by the policy that changed them.",
+		}, []string{"policy"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "morph", Name: "policy_errors_total",
+			Help: "Policy errors while serving requests, by policy.",
+		}, []string{"policy"}),
+		passes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "morph", Name: "mutation_passes",
+			Help:    "Passes the engine needed for an object to converge.",
+			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16, 32},
+		}),
+		conversions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "morph", Name: "conversions_total",
+			Help: "Objects converted by /convert, by outcome (success, failure).",
+		}, []string{"outcome"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "morph", Name: "policy_reloads_total",
+			Help: "Policy loads by outcome (success, failure).",
+		}, []string{"outcome"}),
+		policies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "morph", Name: "policies",
+			Help: "Compiled policies served, by sort (mutators, finalizers, validators, converters).",
+		}, []string{"sort"}),
+	}
+	m.registry.MustRegister(m.requests, m.latency, m.mutations, m.errors, m.passes, m.conversions, m.reloads, m.policies,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) setPolicies(c PolicyCounts) {
+	m.policies.WithLabelValues("mutators").Set(float64(c.Mutators))
+	m.policies.WithLabelValues("finalizers").Set(float64(c.Finalizers))
+	m.policies.WithLabelValues("validators").Set(float64(c.Validators))
+	m.policies.WithLabelValues("converters").Set(float64(c.Converters))
+}

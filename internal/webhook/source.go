@@ -1,0 +1,163 @@
+package webhook
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// Snapshot is one load of the policies: what compiled, and the context the policies read.
+type Snapshot struct {
+	Bundle *policy.Bundle
+	// Namespaces finds Namespace objects for namespaceSelector (the context store).
+	Namespaces NamespaceLookup
+	// Notes are load-time remarks for the operator (the bundle's warnings, documents
+	// that are not policies), each naming its file and document.
+	Notes []string
+}
+
+// Source produces policy snapshots. Fingerprint is cheap compared with Load and changes
+// whenever the inputs of Load change.
+type Source interface {
+	Fingerprint() (string, error)
+	Load() (*Snapshot, error)
+}
+
+// FolderSource loads the policies of a folder, with context objects from other paths.
+// Documents of the policy folder that no dialect handles join the context (a CRD, a
+// Namespace or a params object kept next to the policies).
+type FolderSource struct {
+	Policies string
+	Context  []string
+	// NewLoader returns a loader whose dialects read the given store.
+	NewLoader func(*objects.Store) *policy.Loader
+}
+
+// maxFingerprintBytes bounds how much a fingerprint reads, so that a folder that grows
+// without end cannot stall the reload loop.
+const maxFingerprintBytes = 256 << 20
+
+// Fingerprint hashes the names, sizes, modification times and contents of every file
+// under the policy folder and the context paths.
+func (s *FolderSource) Fingerprint() (string, error) {
+	h := sha256.New()
+	budget := int64(maxFingerprintBytes)
+	for _, root := range append([]string{s.Policies}, s.Context...) {
+		if root == "-" {
+			continue
+		}
+		if err := fingerprintPath(h, root, &budget); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func fingerprintPath(h hash.Hash, root string, budget *int64) error {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		files = append(files, path)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fingerprinting %s: %w", root, err)
+	}
+	slices.Sort(files)
+	var num [8]byte
+	for _, f := range files {
+		info, err := os.Stat(f)
+		if err != nil {
+			return fmt.Errorf("fingerprinting %s: %w", f, err)
+		}
+		if !info.Mode().IsRegular() {
+			continue
+		}
+		h.Write([]byte(f)) // a hash.Hash never returns an error
+		binary.LittleEndian.PutUint64(num[:], uint64(info.Size()))
+		h.Write(num[:])
+		binary.LittleEndian.PutUint64(num[:], uint64(info.ModTime().UnixNano()))
+		h.Write(num[:])
+		if *budget -= info.Size(); *budget < 0 {
+			return fmt.Errorf("fingerprinting %s: the policy and context files exceed %d MiB", root, maxFingerprintBytes>>20)
+		}
+		if err := hashFile(h, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hashFile(h hash.Hash, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("fingerprinting %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }() // read only: nothing to lose
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("fingerprinting %s: %w", path, err)
+	}
+	return nil
+}
+
+// Load reads the context and the policy folder and compiles the policies. Any error (a
+// file that does not parse, a rejected policy) fails the whole load: the server keeps
+// serving its last good snapshot rather than a partial one.
+func (s *FolderSource) Load() (*Snapshot, error) {
+	if s.NewLoader == nil {
+		return nil, errors.New("policy source has no loader")
+	}
+	store := objects.NewStore()
+	if len(s.Context) > 0 {
+		docs, err := policy.Read(s.Context, nil)
+		if err != nil {
+			return nil, fmt.Errorf("reading context: %w", err)
+		}
+		for _, d := range docs {
+			if err := store.Add(d.Object); err != nil {
+				return nil, fmt.Errorf("%s: %w", d.Where(), err)
+			}
+		}
+	}
+	docs, err := policy.Read([]string{s.Policies}, nil)
+	if err != nil {
+		return nil, err
+	}
+	loader := s.NewLoader(store)
+	snap := &Snapshot{Namespaces: store}
+	for _, d := range docs {
+		if d.APIVersion() == "" || d.Kind() == "" || loader.Known(d) {
+			continue
+		}
+		if err := store.Add(d.Object); err != nil {
+			snap.Notes = append(snap.Notes, fmt.Sprintf("%s: not a policy and not a usable context object (%v); ignored", d.Where(), err))
+		}
+	}
+	bundle, _, err := loader.Load(docs)
+	if err != nil {
+		return nil, err
+	}
+	snap.Bundle = bundle
+	snap.Notes = append(snap.Notes, bundle.Warnings...)
+	return snap, nil
+}

@@ -1,0 +1,222 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// labelDialect compiles "test.morph.dev/v1 Label" documents (spec.key, spec.value) into
+// labelMutators; spec.namespaceLabel makes the mutator need a Namespace label.
+type labelDialect struct{ store *objects.Store }
+
+func (labelDialect) Name() string { return "test" }
+func (labelDialect) Handles(apiVersion, kind string) bool {
+	return apiVersion == "test.morph.dev/v1" && kind == "Label"
+}
+
+func (d labelDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
+	b := &policy.Bundle{}
+	var errs []error
+	for _, doc := range docs {
+		spec, _ := doc.Object["spec"].(map[string]any)
+		key, _ := spec["key"].(string)
+		value, _ := spec["value"].(string)
+		if key == "" {
+			errs = append(errs, doc.Errorf("spec.key", "is required: name the label to set"))
+			continue
+		}
+		nsLabel, _ := spec["namespaceLabel"].(string)
+		b.Mutators = append(b.Mutators, &labelMutator{name: doc.Name(), key: key, value: value, nsLabel: nsLabel})
+	}
+	return b, errors.Join(errs...)
+}
+
+func newLabelLoader(store *objects.Store) *policy.Loader {
+	return policy.NewLoader(labelDialect{store: store})
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const teamPolicy = `apiVersion: test.morph.dev/v1
+kind: Label
+metadata: {name: team}
+spec: {key: team, value: a}
+`
+
+func mutatedLabels(t *testing.T, s *Server) map[string]any {
+	t.Helper()
+	obj := pod(nil)
+	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "r", obj))
+	if resp.Patch == nil {
+		return nil
+	}
+	md, _ := applyPatch(t, obj, resp.Patch)["metadata"].(map[string]any)
+	labels, _ := md["labels"].(map[string]any)
+	return labels
+}
+
+func TestReloadKeepsTheLastGoodPolicies(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies")
+	writeFile(t, filepath.Join(policies, "team.yaml"), teamPolicy)
+	s, err := New(Options{Source: &FolderSource{Policies: policies, NewLoader: newLabelLoader}, Admission: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mutatedLabels(t, s); got["team"] != "a" {
+		t.Fatalf("labels = %v, want team=a", got)
+	}
+
+	// Broken: a policy without spec.key. The last good set stays.
+	writeFile(t, filepath.Join(policies, "broken.yaml"), "apiVersion: test.morph.dev/v1\nkind: Label\nmetadata: {name: nokey}\nspec: {value: x}\n")
+	s.poll()
+	if got := mutatedLabels(t, s); got["team"] != "a" || len(got) != 1 {
+		t.Fatalf("after a broken change, labels = %v, want the last good team=a", got)
+	}
+	ready := s.Readiness()
+	wantErr := filepath.Join(policies, "broken.yaml") + `: document 1 (Label "nokey"): spec.key: is required`
+	if !ready.Ready || !strings.Contains(ready.LastError, wantErr) {
+		t.Errorf("readiness = %+v, want ready with the error %q", ready, wantErr)
+	}
+	metrics := get(t, s.Handler(), "/metrics")
+	if !strings.Contains(metrics, `morph_policy_reloads_total{outcome="failure"} 1`) {
+		t.Error("the failed reload is not counted")
+	}
+	// Polling again without a change does not retry.
+	s.poll()
+	if !strings.Contains(get(t, s.Handler(), "/metrics"), `morph_policy_reloads_total{outcome="failure"} 1`) {
+		t.Error("an unchanged broken folder was reloaded again")
+	}
+
+	// Fixed, with a second policy.
+	writeFile(t, filepath.Join(policies, "broken.yaml"), "apiVersion: test.morph.dev/v1\nkind: Label\nmetadata: {name: tier}\nspec: {key: tier, value: web}\n")
+	s.poll()
+	if got := mutatedLabels(t, s); got["team"] != "a" || got["tier"] != "web" {
+		t.Fatalf("after the fix, labels = %v, want team=a tier=web", got)
+	}
+	if ready := s.Readiness(); ready.LastError != "" || ready.Policies.Mutators != 2 {
+		t.Errorf("readiness after the fix = %+v", ready)
+	}
+}
+
+func TestFingerprintSeesSameSizeEdits(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.yaml")
+	writeFile(t, path, teamPolicy)
+	src := &FolderSource{Policies: dir, NewLoader: newLabelLoader}
+	before, err := src.Fingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat, _ := os.Stat(path)
+	writeFile(t, path, strings.Replace(teamPolicy, "value: a", "value: b", 1))
+	if err := os.Chtimes(path, stat.ModTime(), stat.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := src.Fingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == after {
+		t.Error("an edit keeping size and mtime left the fingerprint unchanged")
+	}
+	again, _ := src.Fingerprint()
+	if again != after {
+		t.Error("the fingerprint of unchanged files changed")
+	}
+}
+
+func TestFolderSourceContext(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies")
+	writeFile(t, filepath.Join(policies, "prod.yaml"), `apiVersion: test.morph.dev/v1
+kind: Label
+metadata: {name: prod-only}
+spec: {key: prod, value: "yes", namespaceLabel: env}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: params, namespace: apps}
+data: {a: b}
+`)
+	ns := filepath.Join(dir, "ns.json")
+	data, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "apps", "labels": map[string]any{"env": "prod"}}})
+	writeFile(t, ns, string(data))
+	src := &FolderSource{Policies: policies, Context: []string{ns}, NewLoader: newLabelLoader}
+	snap, err := src.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := snap.Namespaces.(*objects.Store)
+	if _, ok := store.Get("", "ConfigMap", "apps", "params"); !ok {
+		t.Error("a non-policy document of the policy folder did not join the context")
+	}
+	s, err := New(Options{Source: src, Admission: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mutatedLabels(t, s); got["prod"] != "yes" {
+		t.Errorf("labels = %v: the Namespace from --context was not used", got)
+	}
+}
+
+func TestFirstLoadFailureThenRecovery(t *testing.T) {
+	dir := t.TempDir()
+	src := &FolderSource{Policies: filepath.Join(dir, "missing"), NewLoader: newLabelLoader}
+	s, err := New(Options{Source: src, Admission: true, Now: func() time.Time { return time.Unix(1700000000, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err == nil {
+		t.Fatal("loading a missing folder succeeded")
+	}
+	if r := s.Readiness(); r.Ready || !strings.Contains(r.LastError, "missing") {
+		t.Errorf("readiness = %+v, want not ready naming the folder", r)
+	}
+	writeFile(t, filepath.Join(dir, "missing", "team.yaml"), teamPolicy)
+	s.poll()
+	if !s.Ready() {
+		t.Fatalf("not ready after the folder appeared: %+v", s.Readiness())
+	}
+	if got := mutatedLabels(t, s); got["team"] != "a" {
+		t.Errorf("labels = %v", got)
+	}
+}
+
+func TestDuplicatePoliciesFailTheLoad(t *testing.T) {
+	b := &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "x", key: "a"}, &labelMutator{name: "x", key: "b"}}}
+	s, err := New(Options{Source: bundleSource(b), Admission: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), "Label/x") {
+		t.Errorf("Reload = %v, want an error naming Label/x", err)
+	}
+	two := &policy.Bundle{Converters: []engine.Converter{&versionConverter{}, &versionConverter{}}}
+	if _, err := newRuntime(&Snapshot{Bundle: two}, time.Now()); err == nil {
+		t.Error("two converters of one kind were accepted")
+	}
+}
