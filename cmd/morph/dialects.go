@@ -33,13 +33,16 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 }
 
 // addDialectCommands adds the commands that belong to one dialect.
-func addDialectCommands(root *cobra.Command, _ func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) {
+func addDialectCommands(root *cobra.Command, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) {
 	root.AddCommand(newConvertCommand(stdin, stdout, stderr))
 	generate := &cobra.Command{
 		Use:   "generate",
 		Short: "Generate Kubernetes objects from policies",
 	}
-	generate.AddCommand(newGenerateMapCommand(stdin, stdout, stderr))
+	generate.AddCommand(
+		newGenerateMapCommand(stdin, stdout, stderr),
+		newGenerateWebhooksCommand(newLoader, stdout, stderr),
+	)
 	root.AddCommand(generate)
 }
 

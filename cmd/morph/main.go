@@ -105,6 +105,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	newLoader := func(store *objects.Store) *policy.Loader { return newDialects(store, opts) }
 	root.AddCommand(
 		newApplyCommand(newLoader, stdin, stdout, stderr),
+		newServeCommand(newLoader, stdout, stderr),
 		newVersionCommand(stdout),
 	)
 	addDialectCommands(root, newLoader, stdin, stdout, stderr)

@@ -174,6 +174,9 @@ func mutatingGroups(ms []engine.Mutator) []*webhookGroup {
 func validatingGroups(vs []engine.Validator) []*webhookGroup {
 	groups := map[groupKey]*webhookGroup{}
 	for _, v := range vs {
+		if !atAdmission(v) {
+			continue
+		}
 		failure := engine.FailClose
 		if fp, ok := v.(ValidationFailurePolicy); ok {
 			failure = fp.FailurePolicy()

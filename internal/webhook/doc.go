@@ -116,7 +116,9 @@ type EntryStatsProvider interface {
 	EntryStats() map[string]any
 }
 
-// AdmissionApplier is implemented by a mutator that may be turned off at admission.
+// AdmissionApplier is implemented by a mutator or validator that may be turned off at
+// admission (Kyverno evaluation.admission.enabled, Katalog webhooks.mutation and
+// webhooks.validation).
 type AdmissionApplier interface {
 	AppliesAtAdmission() bool
 }

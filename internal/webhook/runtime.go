@@ -71,10 +71,14 @@ func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 		return nil, fmt.Errorf("building the policy set: %w", err)
 	}
 	rt.set = set
-	rt.validators = engine.NewValidators(b.Validators)
+	validators := make([]engine.Validator, 0, len(b.Validators))
 	for _, v := range b.Validators {
 		rt.addStats(v.ID(), v)
+		if atAdmission(v) {
+			validators = append(validators, v)
+		}
 	}
+	rt.validators = engine.NewValidators(validators)
 	for _, c := range b.Converters {
 		gk := c.GroupKind()
 		if prev, dup := rt.converters[gk]; dup {
@@ -86,8 +90,9 @@ func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 	return rt, nil
 }
 
-// atAdmission reports whether a mutator runs at admission (see AdmissionApplier).
-func atAdmission(m engine.Mutator) bool {
+// atAdmission reports whether a mutator or validator runs at admission (see
+// AdmissionApplier).
+func atAdmission(m any) bool {
 	a, ok := m.(AdmissionApplier)
 	return !ok || a.AppliesAtAdmission()
 }

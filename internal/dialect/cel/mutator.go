@@ -404,3 +404,8 @@ func labelSet(obj map[string]any) labels.Set {
 	}
 	return set
 }
+
+// Timeout is webhookConfiguration.timeoutSeconds (Kyverno; 10s by default), the
+// evaluation deadline the generated webhook configuration carries too. Zero for
+// MutatingAdmissionPolicies, which have none.
+func (m *Mutator) Timeout() time.Duration { return m.timeout }
