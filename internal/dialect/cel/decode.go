@@ -3,6 +3,7 @@ package cel
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -115,11 +116,7 @@ func fieldOfJSONError(err error) string {
 }
 
 func asTypeError(err error, te **json.UnmarshalTypeError) bool {
-	t, ok := err.(*json.UnmarshalTypeError)
-	if ok {
-		*te = t
-	}
-	return ok
+	return errors.As(err, te)
 }
 
 // checkVersion rejects an apiVersion this dialect does not read.

@@ -179,7 +179,7 @@ func (h *httpCaller) do(method, rawURL string, body any, headers map[string]stri
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxHTTPBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("http: reading the response of %s: %w", u.Redacted(), err)

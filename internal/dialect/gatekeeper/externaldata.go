@@ -392,7 +392,7 @@ func (f *externalFinalizer) ask(ctx context.Context, pr *provider, keys []string
 	if err != nil {
 		return nil, fmt.Errorf("calling %s: %w", pr.url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer of %s: %w", pr.url, err)

@@ -650,7 +650,8 @@ func (e *fieldError) Unwrap() error { return e.err }
 
 // at locates err at field (relative to the caller's field).
 func at(field string, err error) error {
-	if fe, ok := err.(*fieldError); ok {
+	// Only a fieldError itself is re-rooted: a wrapped one keeps its wrapper's text.
+	if fe, ok := err.(*fieldError); ok { //nolint:errorlint // see above
 		return &fieldError{path: joinField(field, fe.path), err: fe.err}
 	}
 	return &fieldError{path: field, err: err}

@@ -74,7 +74,7 @@ func compileValue(name string, v any, funcs template.FuncMap) (*Value, error) {
 	}
 	for _, tt := range t.Templates() {
 		if tt.Tree != nil {
-			rewriteList(tt.Tree.Root)
+			rewriteList(tt.Root)
 		}
 	}
 	val.kind = textValue
