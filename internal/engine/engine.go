@@ -19,7 +19,7 @@
 //
 // Mutate runs passes over the candidates until a pass changes nothing, at most
 // len(candidates)+1 passes. A mutator whose Reinvocation is Never runs in the first
-// pass only. An object that still changes in the last allowed pass is an error naming the
+// pass only; one whose Reinvocation is Once (Kubernetes' IfNeeded) in the first two. An object that still changes in the last allowed pass is an error naming the
 // mutators that changed it in that pass.
 //
 // # Copy on write
@@ -110,6 +110,11 @@ const (
 	ReinvokeIfNeeded Reinvocation = iota
 	// ReinvokeNever runs the mutator in the first pass only.
 	ReinvokeNever
+	// ReinvokeOnce runs the mutator in the first pass and, when that pass changed the
+	// object, once more in the second: Kubernetes' reinvocationPolicy IfNeeded, which
+	// reinvokes an admission plugin at most once. Its changes in the second pass still
+	// reach the ReinvokeIfNeeded mutators in the passes after it.
+	ReinvokeOnce
 )
 
 // FailurePolicy says what a mutator's error does to the request.

@@ -389,3 +389,42 @@ func TestWarningsOncePerRun(t *testing.T) {
 		t.Fatalf("warnings %q, want %q", res.Warnings, want)
 	}
 }
+
+// appender appends "a" to spec.runs every time it runs: it never converges, like a
+// MutatingAdmissionPolicy that is not idempotent.
+type appender struct{ *setField }
+
+func (m *appender) Mutate(_ context.Context, _ *Request, obj map[string]any, w *Writer) (map[string]any, error) {
+	spec, _ := obj["spec"].(map[string]any)
+	runs, _ := spec["runs"].(string)
+	root, s := w.Map(obj), w.Map(spec)
+	s["runs"] = runs + "a"
+	root["spec"] = s
+	w.Changed("/spec/runs")
+	return root, nil
+}
+
+// TestReinvokeOnce follows the API server: a policy with reinvocationPolicy IfNeeded is
+// reinvoked at most once, so a self-changing policy runs twice and is not an error; a
+// ReinvokeIfNeeded mutator after it still sees its second change.
+func TestReinvokeOnce(t *testing.T) {
+	once := &appender{mut("a-runs", func(m *setField) { m.reinvoke = ReinvokeOnce })}
+	follow := mut("b-follow", func(m *setField) { m.copyFrom = "runs"; m.key = "follow" })
+	s := mustSet(t, once, follow)
+	res, err := s.Mutate(context.Background(), &Request{Kind: podGVK, Operation: Create, Object: newPod()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := res.Object["spec"].(map[string]any)
+	if spec["runs"] != "aa" || spec["follow"] != "aa!" {
+		t.Fatalf("spec = %v, want runs aa and follow aa!", spec)
+	}
+	if res.Passes != 3 {
+		t.Fatalf("passes = %d, want 3", res.Passes)
+	}
+	// The same mutator reinvoked until convergence never converges.
+	loop := &appender{mut("a-runs")}
+	if _, err := mustSet(t, loop).Mutate(context.Background(), &Request{Kind: podGVK, Operation: Create, Object: newPod()}); err == nil {
+		t.Fatal("a ReinvokeIfNeeded mutator that always changes must not converge")
+	}
+}

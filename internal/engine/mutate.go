@@ -50,10 +50,21 @@ restart:
 	res.Trace = res.Trace[:0]
 	warnings = warnings[:0]
 	maxPasses := len(cands) + 1
+	if slices.ContainsFunc(cands, func(c *compiled) bool { return c.reinvoke == ReinvokeOnce }) {
+		// A mutator's second (and last) run may change the object in the last pass the
+		// bound allows; one more pass lets the others react to it.
+		maxPasses++
+	}
 	for pass := 1; pass <= maxPasses; pass++ {
+		if !anyRuns(cands, pass) {
+			// Nothing may run any more (only Never and Once mutators): the object is as
+			// final as their policies allow.
+			res.Object = obj
+			return nil
+		}
 		changedBy = changedBy[:0]
 		for i, c := range cands {
-			if (pass > 1 && c.reinvoke == ReinvokeNever) || (skip != nil && skip[i]) {
+			if !runs(c.reinvoke, pass) || (skip != nil && skip[i]) {
 				continue
 			}
 			if err := ctx.Err(); err != nil {
@@ -96,6 +107,21 @@ restart:
 	}
 	res.Object = obj
 	return nil
+}
+
+// runs reports whether a mutator with this reinvocation policy runs in pass.
+func runs(r Reinvocation, pass int) bool {
+	switch r {
+	case ReinvokeNever:
+		return pass == 1
+	case ReinvokeOnce:
+		return pass <= 2
+	}
+	return true
+}
+
+func anyRuns(cands []*compiled, pass int) bool {
+	return slices.ContainsFunc(cands, func(c *compiled) bool { return runs(c.reinvoke, pass) })
 }
 
 // invoke runs one mutator, turning a panic into an error so that one broken policy never

@@ -165,7 +165,7 @@ func mutatingGroups(ms []engine.Mutator) []*webhookGroup {
 		if !atAdmission(m) {
 			continue
 		}
-		k := groupKey{timeout: timeoutSeconds(m), failure: m.FailurePolicy(), reinvoke: m.Reinvocation()}
+		k := groupKey{timeout: timeoutSeconds(m), failure: m.FailurePolicy(), reinvoke: webhookReinvocation(m.Reinvocation())}
 		addRules(groups, k, m, m.Targets())
 	}
 	return sortedGroups(groups)
@@ -311,6 +311,16 @@ func failureName(f engine.FailurePolicy) string {
 		return "fail"
 	}
 	return "ignore"
+}
+
+// webhookReinvocation is what a webhook configuration can say: the API server reinvokes
+// a webhook at most once, so a policy reinvoked once or until convergence both ask for
+// IfNeeded (morph's /mutate converges by itself).
+func webhookReinvocation(r engine.Reinvocation) engine.Reinvocation {
+	if r == engine.ReinvokeOnce {
+		return engine.ReinvokeIfNeeded
+	}
+	return r
 }
 
 func reinvocationName(r engine.Reinvocation) string {

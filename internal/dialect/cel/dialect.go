@@ -218,7 +218,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 
 func reinvocationOf(p admissionv1.ReinvocationPolicyType) engine.Reinvocation {
 	if p == admissionv1.IfNeededReinvocationPolicy {
-		return engine.ReinvokeIfNeeded
+		return engine.ReinvokeOnce
 	}
 	return engine.ReinvokeNever
 }
