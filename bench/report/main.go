@@ -46,6 +46,7 @@ func main() {
 	out := flag.String("out", "docs/performance.md", "report file")
 	pkgs := flag.String("pkgs", "./bench/ ./internal/dialect/cel/ ./internal/dialect/katalog/", "packages to benchmark")
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime")
+	load := flag.Bool("load", true, "also run the webhook load test (bench/loadtest, about 90 s) and add its table")
 	flag.Parse()
 
 	// -p 1: one package at a time, so that no benchmark shares the machine with another.
@@ -63,6 +64,14 @@ func main() {
 	}
 	samples, cpu := parse(buf.Bytes())
 	report := render(samples, cpu, command, *count)
+	if *load {
+		section, err := loadTest()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report: load test failed:", err)
+			os.Exit(1)
+		}
+		report += section
+	}
 	if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
@@ -153,6 +162,21 @@ func render(samples map[string][]sample, cpu, command string, count int) string 
 	}
 	b.WriteString("\n" + notes)
 	return b.String()
+}
+
+// loadTest runs the webhook load test and returns its report section.
+func loadTest() (string, error) {
+	args := []string{"run", "./bench/loadtest"}
+	command := "go " + strings.Join(args, " ")
+	fmt.Fprintln(os.Stderr, "running:", command)
+	cmd := exec.Command("go", args...)
+	var out bytes.Buffer
+	cmd.Stdout = io.MultiWriter(&out, os.Stderr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("\n## Webhook load test\n\nProduced by the same `make bench`, which ran `%s`: morph serve's /mutate with the 100-mutator workload, and a bare HTTPS handler that only decodes the review and allows it, on loopback in one process, open loop at fixed rates, latency measured from each request's scheduled send time.\n\n%s", command, out.String()), nil
 }
 
 // notes explains the benchmarks; kept next to the code that writes the report.
