@@ -149,19 +149,19 @@ func podOf(tmpl map[string]any) map[string]any {
 	return pod
 }
 
-// mutateTemplate applies the policy to a controller's pod template: the policy sees the
-// template as a Pod (object and oldObject are the templates), its ApplyConfiguration
-// merges with the Pod schema and its JSON patch paths are relative to the Pod, which is
-// the same as wrapping the Object{} in the controller's structure and prefixing the
-// paths with the template's path.
-func (m *Mutator) mutateTemplate(ctx context.Context, req *engine.Request, obj map[string]any, inv *invocation) (map[string]any, error) {
+// mutateTemplate applies the policy to the pod template of a controller (obj, and old
+// for an update): the policy sees the template as a Pod (object and oldObject are the
+// templates), its ApplyConfiguration merges with the Pod schema and its JSON patch paths
+// are relative to the Pod, which is the same as wrapping the Object{} in the controller's
+// structure and prefixing the paths with the template's path.
+func (m *Mutator) mutateTemplate(ctx context.Context, req *engine.Request, obj, old map[string]any, inv *invocation) (map[string]any, error) {
 	tmpl := templateAt(obj, inv.ctrl.path)
 	if tmpl == nil {
 		return nil, nil
 	}
 	var oldPod map[string]any
-	if req.OldObject != nil {
-		if ot := templateAt(req.OldObject, inv.ctrl.path); ot != nil {
+	if old != nil {
+		if ot := templateAt(old, inv.ctrl.path); ot != nil {
 			oldPod = podOf(ot)
 		}
 	}

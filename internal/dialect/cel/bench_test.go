@@ -109,3 +109,15 @@ func BenchmarkJSONRoundTripPod(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCanonicalPod is the cost each evaluation pays to see the Pod as the API
+// server's policies do: one round trip through corev1.Pod.
+func BenchmarkCanonicalPod(b *testing.B) {
+	pod := benchPod()
+	b.ReportAllocs()
+	for b.Loop() {
+		if canonical(pod, podGVK)["status"] == nil {
+			b.Fatal("the Pod did not go through its Go type")
+		}
+	}
+}

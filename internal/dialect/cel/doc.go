@@ -56,11 +56,22 @@
 // objects passing its matchConditions (and holding one of its images, when it lists
 // some) from the policies its policyRefs name; WithTrace records which.
 //
+// # Built-in objects
+//
+// The API server's policies see a built-in object after its decoding into the Go type of
+// its kind: quantities canonical ("0.5" is "500m", "0.5Gi" is "512Mi"), unknown fields
+// dropped, status: {} present. So do morph's, for every kind the client-go scheme knows
+// (object and oldObject alike); custom resources, and objects that do not fit their Go
+// type, are seen as given. What the policy changed is then applied to the object as
+// given: fields the policy did not touch keep the form they were written in, and the
+// values it wrote are its own.
+//
 // # Offline differences
 //
-// The API server converts a built-in object to its typed Go struct and runs its
-// defaulting after every mutation; morph mutates the object as given (as the API server
-// does for custom resources). The authorizer variable has no opinion offline.
+// The API server runs its defaulting after every mutation, which needs the API server's
+// own code (k8s.io/kubernetes); morph does not, so a policy does not see defaulted fields
+// (imagePullPolicy, terminationMessagePath, ...). The authorizer variable has no opinion
+// offline.
 // matchPolicy Equivalent reaches the other versions of a CRD converting with strategy
 // None only.
 package cel

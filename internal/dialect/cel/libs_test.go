@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,9 +164,9 @@ func mutateOnce(t *testing.T, d policy.Dialect, policyYAML string, obj map[strin
 
 // TestHTTPLibrary runs the spec's HTTP example against a server on 127.0.0.1.
 func TestHTTPLibrary(t *testing.T) {
-	var calls int
+	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls++
+		calls.Add(1)
 		switch r.URL.Path {
 		case "/big":
 			w.Write([]byte(`{"metadata":{"team":"` + strings.Repeat("x", maxHTTPBody) + `"}}`))
@@ -211,7 +212,7 @@ func TestHTTPLibrary(t *testing.T) {
 			}
 		})
 	}
-	if calls == 0 {
+	if calls.Load() == 0 {
 		t.Error("the server was never called")
 	}
 }

@@ -177,9 +177,12 @@ func (m *Mutator) Matches(ctx context.Context, req *engine.Request, obj map[stri
 	return inv != nil, err
 }
 
-// Mutate implements engine.Mutator: it evaluates the policy on obj with the API server's
-// patchers and returns the new object (a fresh one, sharing nothing with obj), recording
-// every changed path.
+// Mutate implements engine.Mutator: it evaluates the policy with the API server's
+// patchers on obj (and the old object) as the API server's policies see a built-in
+// object, decoded into its Go type and back (see canonical), and applies what the policy
+// changed to obj itself, through w, recording every changed path. Fields the policy did
+// not touch keep obj's own form: the decoding is how the policy sees the object, not a
+// change of the policy's.
 func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
 	inv, err := m.match(ctx, req, obj)
 	if err != nil || inv == nil {
@@ -190,11 +193,13 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 		ctx, cancel = context.WithTimeout(ctx, m.timeout)
 		defer cancel()
 	}
+	in := canonical(obj, req.Kind)
+	old := canonical(req.OldObject, req.Kind)
 	var out map[string]any
 	if inv.ctrl != nil {
-		out, err = m.mutateTemplate(ctx, req, obj, inv)
+		out, err = m.mutateTemplate(ctx, req, in, old, inv)
 	} else {
-		out, err = m.evaluate(ctx, req, obj, req.OldObject, inv)
+		out, err = m.evaluate(ctx, req, in, old, inv)
 	}
 	for _, text := range inv.warnings {
 		w.Warn(text)
@@ -203,14 +208,15 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 		return obj, err
 	}
 	engine.Normalize(out)
-	changes := engine.Diff(obj, out)
+	changes := engine.Diff(in, out)
 	if len(changes) == 0 {
 		return obj, nil
 	}
-	for _, c := range changes {
-		w.Changed(c.Path)
+	next, err := applyChanges(obj, out, changes, w)
+	if err != nil {
+		return obj, fmt.Errorf("applying the policy's changes to the object: %w", err)
 	}
-	return out, nil
+	return next, nil
 }
 
 // evaluate runs the exceptions, params, match conditions and mutations on obj (a Pod for
