@@ -18,6 +18,7 @@ import (
 
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/jsonvalue"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 )
@@ -270,8 +271,8 @@ func BenchmarkGatekeeperWebhookPath(b *testing.B) {
 		b.Run(w.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				var pod map[string]any
-				if err := json.Unmarshal(raw, &pod); err != nil {
+				pod, err := jsonvalue.DecodeObject(raw)
+				if err != nil {
 					b.Fatal(err)
 				}
 				res, err := set.Mutate(ctx, workloadRequest(pod, ns))

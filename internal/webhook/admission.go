@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/jsonvalue"
 )
 
 // AuditAnnotationMutatedBy is the audit annotation listing the policies that changed the
@@ -46,85 +47,19 @@ func decodeAdmissionReview(body []byte) (*admissionv1.AdmissionReview, error) {
 	return &review, nil
 }
 
-// decodeObject decodes an embedded object, keeping integers exact.
+// decodeObject decodes an embedded object, keeping integers exact: numbers are int64
+// when whole and in range (also 1.0 and 2e3, as engine.Normalize has them), float64
+// otherwise, and a number no float64 holds (1e400) is an error. JSON null and empty
+// bytes are no object.
 func decodeObject(field string, raw []byte) (map[string]any, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%s: %w", field, err)
-	}
-	if v == nil {
-		return nil, nil
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: expected a JSON object, found %s", field, jsonType(v))
-	}
-	if err := normalizeNumbers(obj); err != nil {
+	obj, err := jsonvalue.Options{Normalize: true}.DecodeObject(raw)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 	return obj, nil
-}
-
-// normalizeNumbers turns the json.Numbers of a decoded value into int64 or float64 in
-// place, as engine.Normalize does, refusing numbers no float64 holds (1e400).
-func normalizeNumbers(v any) error {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if n, ok := e.(json.Number); ok {
-				f, err := number(n)
-				if err != nil {
-					return err
-				}
-				x[k] = f
-			} else if err := normalizeNumbers(e); err != nil {
-				return err
-			}
-		}
-	case []any:
-		for i, e := range x {
-			if n, ok := e.(json.Number); ok {
-				f, err := number(n)
-				if err != nil {
-					return err
-				}
-				x[i] = f
-			} else if err := normalizeNumbers(e); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func number(n json.Number) (any, error) {
-	if i, err := n.Int64(); err == nil {
-		return i, nil
-	}
-	f, err := n.Float64()
-	if err != nil {
-		return nil, fmt.Errorf("number %s is out of range", n)
-	}
-	return engine.Normalize(f), nil
-}
-
-func jsonType(v any) string {
-	switch v.(type) {
-	case []any:
-		return "a list"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // engineRequest turns an admission request into the engine's request.
