@@ -33,6 +33,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -304,10 +305,8 @@ func (r *Result) Changed() bool { return len(r.Patch) > 0 }
 // Mutated lists the IDs that changed the object, once each, in order of first change.
 func (r *Result) Mutated() []ID {
 	var ids []ID
-	seen := make(map[ID]bool, len(r.Trace))
 	for _, c := range r.Trace {
-		if !seen[c.ID] {
-			seen[c.ID] = true
+		if !slices.Contains(ids, c.ID) {
 			ids = append(ids, c.ID)
 		}
 	}
