@@ -22,6 +22,7 @@
 package jsonvalue
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -544,8 +545,13 @@ func (d *decoder) number() (any, error) {
 	// A view of lit that strconv does not keep: no copy of the literal is made.
 	f, err := strconv.ParseFloat(unsafe.String(&lit[0], len(lit)), 64)
 	if err != nil {
+		if !errors.Is(err, strconv.ErrRange) {
+			return nil, &SyntaxError{Offset: start, Msg: fmt.Sprintf("invalid number %s", lit)}
+		}
+		// Out of range is an error only if the number survives into the result (a later
+		// duplicate key may replace it, as encoding/json allows): see outOfRange.
 		d.outOfRange++
-		return &outOfRange{offset: start, lit: string(lit)}, nil
+		return &outOfRange{offset: start, lit: string(lit)}, nil //nolint:nilerr // deferred, see above
 	}
 	if d.normalize && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
 		return any(int64(f)), nil

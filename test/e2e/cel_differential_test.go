@@ -52,7 +52,6 @@ type celDiffCase struct {
 var (
 	mapGVR        = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}
 	mapBindingGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"}
-	configMapGVR  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 
 // Activation probe, see TestCELDifferential.
@@ -315,7 +314,7 @@ func readObjects(t *testing.T, path string, required bool) []*unstructured.Unstr
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 1; ; i++ {
 		doc, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
