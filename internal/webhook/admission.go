@@ -140,21 +140,32 @@ func unavailable(what string, s *Server) reply {
 	return reply{status: http.StatusServiceUnavailable, message: fmt.Sprintf("%s: policies are not loaded: %s", what, why), outcome: outcomeUnavailable}
 }
 
-// mutate answers /mutate.
-func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
+// admissionRequest is where /mutate and /validate start: decode the review, take the
+// current policies, build the engine's request. failed is the answer when one of them fails.
+func (s *Server) admissionRequest(body []byte, c *call, endpoint string) (ar *admissionv1.AdmissionRequest, rt *runtime, req *engine.Request, failed *reply) {
 	review, err := decodeAdmissionReview(body)
 	if err != nil {
-		return badRequest("%v", err)
+		r := badRequest("%v", err)
+		return nil, nil, nil, &r
 	}
-	ar := review.Request
+	ar = review.Request
 	describe(c, ar)
-	rt := s.rt.Load()
-	if rt == nil {
-		return unavailable("mutate", s)
+	if rt = s.rt.Load(); rt == nil {
+		r := unavailable(endpoint, s)
+		return nil, nil, nil, &r
 	}
-	req, err := engineRequest(ar, rt.namespaces)
-	if err != nil {
-		return badRequest("%v", err)
+	if req, err = engineRequest(ar, rt.namespaces); err != nil {
+		r := badRequest("%v", err)
+		return nil, nil, nil, &r
+	}
+	return ar, rt, req, nil
+}
+
+// mutate answers /mutate.
+func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
+	ar, rt, req, failed := s.admissionRequest(body, c, "mutate")
+	if failed != nil {
+		return *failed
 	}
 	resp := &admissionv1.AdmissionResponse{UID: ar.UID, Allowed: true}
 	if req.Object == nil {
@@ -231,19 +242,9 @@ func violationText(v engine.Violation) string {
 
 // validate answers /validate.
 func (s *Server) validate(ctx context.Context, body []byte, c *call) reply {
-	review, err := decodeAdmissionReview(body)
-	if err != nil {
-		return badRequest("%v", err)
-	}
-	ar := review.Request
-	describe(c, ar)
-	rt := s.rt.Load()
-	if rt == nil {
-		return unavailable("validate", s)
-	}
-	req, err := engineRequest(ar, rt.namespaces)
-	if err != nil {
-		return badRequest("%v", err)
+	ar, rt, req, failed := s.admissionRequest(body, c, "validate")
+	if failed != nil {
+		return *failed
 	}
 	resp := &admissionv1.AdmissionResponse{UID: ar.UID, Allowed: true}
 	obj := req.Object

@@ -106,22 +106,13 @@ func autogenTargets(c *admissionv1.MatchResources) []engine.Target {
 
 // templateOf returns the pod template of a controller object, or nil.
 func templateOf(obj map[string]any) map[string]any {
-	path := []string{"spec", "template"}
 	if obj["kind"] == "CronJob" {
-		path = []string{"spec", "jobTemplate", "spec", "template"}
+		return templateAt(obj, []string{"spec", "jobTemplate", "spec", "template"})
 	}
-	var cur any = obj
-	for _, k := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[k]
-	}
-	t, _ := cur.(map[string]any)
-	return t
+	return templateAt(obj, []string{"spec", "template"})
 }
 
+// templateAt returns the map at path in obj, or nil.
 func templateAt(obj map[string]any, path []string) map[string]any {
 	var cur any = obj
 	for _, k := range path {
