@@ -179,7 +179,11 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	s.metrics.passes.Observe(float64(res.Passes))
 	for _, f := range res.Failures {
 		s.metrics.errors.WithLabelValues(f.ID.String()).Inc()
-		s.log.Warn("policy skipped", append(c.attrs(), "policy", f.ID.String(), "error", f.Err)...)
+		msg := "policy skipped"
+		if d, ok := rt.describers[f.ID]; ok {
+			msg = d.DescribeFailure(req.Kind.Kind, req.Name, f.Err)
+		}
+		s.log.Warn(msg, append(c.attrs(), "policy", f.ID.String(), "error", f.Err)...)
 	}
 	resp.Warnings = append(resp.Warnings, res.Warnings...)
 	if rt.validators.Len() > 0 {

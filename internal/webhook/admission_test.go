@@ -1,8 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -294,5 +297,35 @@ func TestMutatorsOffAtAdmission(t *testing.T) {
 	m, _, err := Configurations(&policy.Bundle{Mutators: []engine.Mutator{off}}, ConfigOptions{Name: "morph", Namespace: "morph-system", URL: "https://a:1"})
 	if err != nil || m != nil {
 		t.Errorf("a mutator off at admission was registered: %v %v", m, err)
+	}
+}
+
+// describingMutator fails and words its own failure's log line, as Katalog does.
+type describingMutator struct{ *labelMutator }
+
+func (describingMutator) DescribeFailure(kind, name string, err error) string {
+	return fmt.Sprintf("admission/mutate: error applying rules — allowing without mutation kind=%s name=%s err=%q", kind, name, err)
+}
+
+func TestFailureLoggedAsTheDialectSays(t *testing.T) {
+	var logs bytes.Buffer
+	failing := describingMutator{&labelMutator{name: "site", key: "a", value: "b", err: errors.New("resolving template")}}
+	s, err := New(Options{
+		Source: bundleSource(&policy.Bundle{Mutators: []engine.Mutator{failing}}), Admission: true, Conversion: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "uid-1", pod(nil)))
+	if !resp.Allowed || resp.Patch != nil {
+		t.Fatalf("a failing FailIgnore mutator must allow without mutation: %+v", resp)
+	}
+	want := `admission/mutate: error applying rules — allowing without mutation kind=Pod name=web err=\"resolving template\"`
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("log %q does not contain %q", logs.String(), want)
 	}
 }

@@ -116,6 +116,13 @@ type EntryStatsProvider interface {
 	EntryStats() map[string]any
 }
 
+// FailureDescriber is implemented by a policy whose dialect prescribes the log line of
+// its failure at admission (Katalog, spec 000: "admission/mutate: error applying rules —
+// allowing without mutation kind=... name=... err=...").
+type FailureDescriber interface {
+	DescribeFailure(kind, name string, err error) string
+}
+
 // AdmissionApplier is implemented by a mutator or validator that may be turned off at
 // admission (Kyverno evaluation.admission.enabled, Katalog webhooks.mutation and
 // webhooks.validation).

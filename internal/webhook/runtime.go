@@ -20,6 +20,8 @@ type runtime struct {
 	namespaces NamespaceLookup
 	// failure is the failure policy of every mutator, by ID, to answer a deadline.
 	failure map[engine.ID]engine.FailurePolicy
+	// describers are the mutators that word their own failure's log line.
+	describers map[engine.ID]FailureDescriber
 	// entries maps a /katalog entry to the policies exposing statistics under it.
 	entries map[string][]statsSource
 	counts  PolicyCounts
@@ -63,6 +65,12 @@ func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 			continue
 		}
 		rt.failure[m.ID()] = m.FailurePolicy()
+		if d, ok := m.(FailureDescriber); ok {
+			if rt.describers == nil {
+				rt.describers = map[engine.ID]FailureDescriber{}
+			}
+			rt.describers[m.ID()] = d
+		}
 		mutators = append(mutators, withDeadline(m))
 	}
 	rt.counts.Mutators = len(mutators)

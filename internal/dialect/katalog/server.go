@@ -16,6 +16,11 @@ func (m *Mutator) Resources() []schema.GroupVersionResource {
 // webhook configuration and of /mutate; offline and reconcile-time mutation still run.
 func (m *Mutator) AppliesAtAdmission() bool { return m.entry.Webhook.Mutation }
 
+// DescribeFailure is spec 000's log line for a failed entry at admission.
+func (m *Mutator) DescribeFailure(kind, name string, err error) string {
+	return AdmissionErrorLog(kind, name, err)
+}
+
 // EntryStats is the /katalog/<entry> document of the entry.
 func (m *Mutator) EntryStats() map[string]any { return entryStats(m.entries()) }
 
