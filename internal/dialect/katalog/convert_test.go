@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -147,58 +146,6 @@ func rawObjects(t *testing.T, objs ...map[string]any) []runtime.RawExtension {
 		out = append(out, runtime.RawExtension{Raw: b})
 	}
 	return out
-}
-
-func TestHandleConversionReview(t *testing.T) {
-	conv, entries := cronConverter(t)
-	job := func(name, schedule string) map[string]any {
-		return map[string]any{"apiVersion": "demo.orkestra.io/v1", "kind": "CronJob", "metadata": map[string]any{"name": name, "namespace": "default"}, "spec": map[string]any{"schedule": schedule}}
-	}
-	review := &apiextensionsv1.ConversionReview{Request: &apiextensionsv1.ConversionRequest{
-		UID: "uid-1", DesiredAPIVersion: "demo.orkestra.io/v2",
-		Objects: rawObjects(t, job("a", "0 2 * * 1-5"), job("b", "@hourly")),
-	}}
-	out := HandleConversionReview(context.Background(), []engine.Converter{conv}, review)
-	if out.APIVersion != "apiextensions.k8s.io/v1" || out.Kind != "ConversionReview" || out.Response.UID != "uid-1" || out.Response.Result.Status != "Success" {
-		t.Fatalf("response %+v", out.Response)
-	}
-	if len(out.Response.ConvertedObjects) != 2 {
-		t.Fatalf("objects %d", len(out.Response.ConvertedObjects))
-	}
-	for i, name := range []string{"a", "b"} {
-		obj, err := decodeObject(out.Response.ConvertedObjects[i].Raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if obj["apiVersion"] != "demo.orkestra.io/v2" || obj["metadata"].(map[string]any)["name"] != name {
-			t.Errorf("object %d: %v", i, obj)
-		}
-	}
-	review.Request.Objects = rawObjects(t, job("a", "0 2 * * 1-5"), job("bad", "nope"))
-	out = HandleConversionReview(context.Background(), []engine.Converter{conv}, review)
-	if out.Response.Result.Status != "Failure" || out.Response.ConvertedObjects != nil || out.Response.UID != "uid-1" || !strings.Contains(out.Response.Result.Message, "CronJob default/bad") {
-		t.Errorf("failure response %+v", out.Response)
-	}
-	for _, bad := range []*apiextensionsv1.ConversionReview{
-		nil, {}, {Request: &apiextensionsv1.ConversionRequest{UID: "u"}},
-		{Request: &apiextensionsv1.ConversionRequest{UID: "u", DesiredAPIVersion: "demo.orkestra.io/v2", Objects: []runtime.RawExtension{{Raw: []byte("[")}}}},
-		{Request: &apiextensionsv1.ConversionRequest{UID: "u", DesiredAPIVersion: "x.io/v2", Objects: rawObjects(t, map[string]any{"apiVersion": "x.io/v1", "kind": "Other"})}},
-	} {
-		out := HandleConversionReview(context.Background(), []engine.Converter{conv}, bad)
-		if out.Response == nil || out.Response.Result.Status != "Failure" || out.Response.Result.Message == "" {
-			t.Errorf("malformed review %+v: response %+v", bad, out.Response)
-		}
-	}
-	// v1 -> v2 conversions count on cronjob-v2, v2 -> v1 on the participant cronjob-v1.
-	for _, e := range entries {
-		s := e.Stats().Snapshot()
-		if !s.Enabled {
-			t.Errorf("%s: conversion not enabled", e.Name)
-		}
-		if e.Name == "cronjob-v2" && (s.Total != 4 || s.Failures != 1) {
-			t.Errorf("cronjob-v2 stats %+v", s)
-		}
-	}
 }
 
 func TestConversionStats(t *testing.T) {

@@ -50,8 +50,9 @@
 //
 // # Conversion
 //
-// See Converter for the semantics of conversion paths, HandleConversionReview for the
-// ConversionReview v1 protocol and ConversionStats for the statistics. cronToMap turns
+// See Converter for the semantics of conversion paths (the webhook server answers
+// ConversionReview v1 requests with it at /convert) and ConversionStats for the
+// statistics. cronToMap turns
 // five-field expressions and the macros @hourly, @daily (@midnight), @weekly, @monthly,
 // @yearly and @annually into {minute, hour, dayOfMonth, month, dayOfWeek}; cronFromMap
 // joins the fields with single spaces, so a v1 -> v2 -> v1 round trip gives back every
