@@ -3,6 +3,7 @@ package cel
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -272,5 +273,29 @@ spec:
 				t.Errorf("got %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestTimeoutSecondsIsTheDeadline: a library call slower than the policy's
+// webhookConfiguration.timeoutSeconds ends the evaluation at the deadline, though the
+// call itself (bounded by HTTPTimeout) would go on.
+func TestTimeoutSecondsIsTheDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		json.NewEncoder(w).Encode(map[string]any{"metadata": map[string]any{"team": "late"}})
+	}))
+	defer srv.Close()
+	defer close(release)
+	policy := strings.Replace(httpPolicy, "URL", srv.URL+"/slow", 1)
+	policy = strings.Replace(policy, "spec:\n", "spec:\n  webhookConfiguration:\n    timeoutSeconds: 1\n", 1)
+	d := New(Options{HTTPAllowHosts: []string{mustHost(t, srv.URL)}, HTTPTimeout: 30 * time.Second})
+	_, err := mutateOnce(t, d, policy, testPod())
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timeoutSeconds (1s)") {
+		t.Fatalf("error = %v, want the policy's 1s deadline", err)
 	}
 }

@@ -195,12 +195,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	}
 	in := canonical(obj, req.Kind)
 	old := canonical(req.OldObject, req.Kind)
-	var out map[string]any
-	if inv.ctrl != nil {
-		out, err = m.mutateTemplate(ctx, req, in, old, inv)
-	} else {
-		out, err = m.evaluate(ctx, req, in, old, inv)
-	}
+	out, err := m.evaluateWithin(ctx, req, in, old, inv)
 	for _, text := range inv.warnings {
 		w.Warn(text)
 	}
@@ -217,6 +212,50 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 		return obj, fmt.Errorf("applying the policy's changes to the object: %w", err)
 	}
 	return next, nil
+}
+
+// evaluateWithin evaluates the policy, returning at the policy's deadline
+// (webhookConfiguration.timeoutSeconds) even when a library call does not: the CEL
+// function bindings of resource.* and http.* get no context, so they end on their own
+// timeout. The evaluation goroutine records into its own invocation and computes a new
+// object only; the caller takes both over when it finished in time, so an abandoned
+// evaluation never races with the request.
+func (m *Mutator) evaluateWithin(ctx context.Context, req *engine.Request, in, old map[string]any, inv *invocation) (map[string]any, error) {
+	if m.timeout <= 0 {
+		return m.evaluateRecovered(ctx, req, in, old, inv)
+	}
+	type result struct {
+		out map[string]any
+		err error
+	}
+	done := make(chan result, 1)
+	own := &invocation{gvr: inv.gvr, gvk: inv.gvk, ctrl: inv.ctrl}
+	go func() {
+		out, err := m.evaluateRecovered(ctx, req, in, old, own)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		inv.warnings = append(inv.warnings, own.warnings...)
+		return r.out, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("evaluation did not finish within webhookConfiguration.timeoutSeconds (%s): %w", m.timeout, ctx.Err())
+	}
+}
+
+// evaluateRecovered is evaluate (or its pod-template form) with a panic turned into an
+// error: in evaluateWithin's goroutine a panic would end the process, since the
+// engine's recover covers only its own goroutine.
+func (m *Mutator) evaluateRecovered(ctx context.Context, req *engine.Request, in, old map[string]any, inv *invocation) (out map[string]any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	if inv.ctrl != nil {
+		return m.mutateTemplate(ctx, req, in, old, inv)
+	}
+	return m.evaluate(ctx, req, in, old, inv)
 }
 
 // evaluate runs the exceptions, params, match conditions and mutations on obj (a Pod for
