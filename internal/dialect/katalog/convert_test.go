@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-
 	"github.com/morph-dev/morph/internal/engine"
 )
 
@@ -134,18 +132,6 @@ func TestConvertErrors(t *testing.T) {
 	if err != nil || !engine.Equal(same, obj) {
 		t.Errorf("same version: %v", err)
 	}
-}
-
-func rawObjects(t *testing.T, objs ...map[string]any) []runtime.RawExtension {
-	var out []runtime.RawExtension
-	for _, o := range objs {
-		b, err := json.Marshal(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, runtime.RawExtension{Raw: b})
-	}
-	return out
 }
 
 func TestConversionStats(t *testing.T) {
