@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/morph-dev/morph/internal/engine"
-	"github.com/morph-dev/morph/internal/policy"
 )
 
 func benchPod() map[string]any {
@@ -46,19 +45,7 @@ spec:
   mutations:
 %s`, i, mutation(i)))
 	}
-	parsed, err := policy.Decode("bench.yaml", []byte(strings.Join(docs, "---\n")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	bundle, err := New(Options{}).Compile(parsed)
-	if err != nil {
-		b.Fatal(err)
-	}
-	set, err := engine.NewSet(bundle.Mutators)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return set
+	return compileSet(b, strings.Join(docs, "---\n"))
 }
 
 func runBench(b *testing.B, set *engine.Set) {

@@ -495,7 +495,8 @@ func mutateKind(t *testing.T, src string, obj map[string]any, kind schema.GroupV
 	return res
 }
 
-func compileSet(t *testing.T, src string) *engine.Set {
+// compileSet compiles the policies of src with default options into an engine set.
+func compileSet(t testing.TB, src string) *engine.Set {
 	t.Helper()
 	docs, err := policy.Decode("policy.yaml", []byte(src))
 	if err != nil {

@@ -152,18 +152,7 @@ spec:
   policyRefs:
   - name: q
 `
-	docs, err := policy.Decode("policy.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Options{}).Compile(docs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := engine.NewSet(b.Mutators)
-	if err != nil {
-		t.Fatal(err)
-	}
+	set := compileSet(t, src)
 	tests := []struct {
 		name    string
 		labels  map[string]any
