@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -426,5 +427,45 @@ func TestReinvokeOnce(t *testing.T) {
 	loop := &appender{mut("a-runs")}
 	if _, err := mustSet(t, loop).Mutate(context.Background(), &Request{Kind: podGVK, Operation: Create, Object: newPod()}); err == nil {
 		t.Fatal("a ReinvokeIfNeeded mutator that always changes must not converge")
+	}
+}
+
+type warningFinalizer struct{}
+
+func (warningFinalizer) Name() string { return "warner" }
+func (warningFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, []string, error) {
+	w.Warn("provider slow")
+	return obj, []string{"returned"}, nil
+}
+
+func TestFinalizerWarningsThroughTheWriter(t *testing.T) {
+	s, err := NewSet([]Mutator{mut("a")}, warningFinalizer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Mutate(context.Background(), &Request{Kind: podGVK, Operation: Create, Object: newPod()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Warnings, []string{"returned", "provider slow"}) {
+		t.Fatalf("warnings %q", res.Warnings)
+	}
+}
+
+// TestCandidateCacheCountsKeys: the cache bound counts distinct keys, so repeated
+// requests for one kind do not use it up.
+func TestCandidateCacheCountsKeys(t *testing.T) {
+	s := mustSet(t, mut("a"))
+	for i := 0; i < 2*maxCachedKeys; i++ {
+		s.candidates(podGVK, Create)
+	}
+	if n := s.cached.Load(); n != 1 {
+		t.Fatalf("cached keys = %d, want 1", n)
+	}
+}
+
+func TestNormalizeKeepsHugeNumbers(t *testing.T) {
+	if v := Normalize(json.Number("1e400")); v != json.Number("1e400") {
+		t.Fatalf("1e400 became %#v (%T): a number must not change JSON type", v, v)
 	}
 }

@@ -148,7 +148,7 @@ func (s *Set) finalize(ctx context.Context, req *Request, res *Result) error {
 	for _, f := range s.finalizers {
 		w.reset()
 		next, warnings, err := f.Finalize(ctx, req, res.Object, res.Trace, w)
-		res.Warnings = append(res.Warnings, warnings...)
+		res.Warnings = append(append(res.Warnings, warnings...), w.warnings...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Name(), err)
 		}

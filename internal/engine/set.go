@@ -114,8 +114,10 @@ func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled 
 			j++
 		}
 	}
-	if s.cached.Add(1) <= maxCachedKeys {
-		s.cache.Store(key, out)
+	if s.cached.Load() < maxCachedKeys {
+		if _, loaded := s.cache.LoadOrStore(key, out); !loaded {
+			s.cached.Add(1)
+		}
 	}
 	return out
 }

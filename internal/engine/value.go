@@ -125,7 +125,9 @@ func Normalize(v any) any {
 		if f, err := x.Float64(); err == nil {
 			return f
 		}
-		return x.String()
+		// A number no float64 holds stays a json.Number, which encodes as written: it
+		// must not silently become a string.
+		return x
 	case float64:
 		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
 			return int64(x)

@@ -187,7 +187,8 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	}
 	resp.Warnings = append(resp.Warnings, res.Warnings...)
 	if rt.validators.Len() > 0 {
-		violations, _ := rt.validators.Validate(ctx, req, res.Object)
+		violations, warnings := rt.validators.Validate(ctx, req, res.Object)
+		resp.Warnings = append(resp.Warnings, warnings...)
 		for _, v := range violations {
 			if !v.Deny {
 				resp.Warnings = append(resp.Warnings, violationText(v))

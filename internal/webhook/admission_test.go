@@ -329,3 +329,13 @@ func TestFailureLoggedAsTheDialectSays(t *testing.T) {
 		t.Fatalf("log %q does not contain %q", logs.String(), want)
 	}
 }
+
+// TestMutateReportsValidatorErrors: a validator that fails on /mutate's result is a
+// warning there, as on /validate.
+func TestMutateReportsValidatorErrors(t *testing.T) {
+	s := newTestServer(t, &policy.Bundle{Validators: []engine.Validator{&labelValidator{name: "broken", err: errors.New("no schema")}}})
+	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "uid-2", pod(nil)))
+	if !resp.Allowed || !slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, "no schema") }) {
+		t.Fatalf("want the validator's error as a warning: %+v", resp)
+	}
+}

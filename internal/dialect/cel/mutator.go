@@ -202,7 +202,9 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	if err != nil || out == nil {
 		return obj, err
 	}
-	engine.Normalize(out)
+	// out may share containers with in, and so with the request's object (the patchers
+	// return their input when nothing applies): it is read, never written. Its numbers
+	// need no normalizing: Diff and Equal compare numbers by value.
 	changes := engine.Diff(in, out)
 	if len(changes) == 0 {
 		return obj, nil
