@@ -172,9 +172,13 @@ func metaNamespace(obj map[string]any) string {
 }
 
 // Matches implements engine.Mutator.
-func (m *Mutator) Matches(ctx context.Context, req *engine.Request, obj map[string]any) (bool, error) {
-	inv, err := m.match(ctx, req, obj)
-	return inv != nil, err
+//
+// The engine calls Mutate right after a true Matches, on the same object, and Mutate
+// returns the object unchanged when the policy does not match; so the full match (the
+// API server's matcher, params, binding) runs once, in Mutate, and Matches only says
+// yes. Keeping it exact here would evaluate the constraints twice per invocation.
+func (m *Mutator) Matches(context.Context, *engine.Request, map[string]any) (bool, error) {
+	return true, nil
 }
 
 // Mutate implements engine.Mutator: it evaluates the policy with the API server's
