@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"bytes"
-	"encoding/json"
+	"fmt"
 	"slices"
-	"strconv"
+
+	"github.com/morph-dev/morph/internal/jsonvalue"
 )
 
 // PatchOperation is one RFC 6902 operation. Diff produces add, remove and replace only.
@@ -16,33 +16,45 @@ type PatchOperation struct {
 
 // MarshalJSON writes value for add and replace even when it is null.
 func (p PatchOperation) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteString(`{"op":`)
-	b.WriteString(strconv.Quote(p.Op))
-	b.WriteString(`,"path":`)
-	path, _ := json.Marshal(p.Path)
-	b.Write(path)
+	return p.appendJSON(nil)
+}
+
+func (p PatchOperation) appendJSON(dst []byte) ([]byte, error) {
+	dst = append(dst, `{"op":`...)
+	dst = jsonvalue.AppendString(dst, p.Op)
+	dst = append(dst, `,"path":`...)
+	dst = jsonvalue.AppendString(dst, p.Path)
 	if p.Op != "remove" {
-		v, err := json.Marshal(p.Value)
-		if err != nil {
-			return nil, err
+		dst = append(dst, `,"value":`...)
+		var err error
+		if dst, err = jsonvalue.Append(dst, p.Value); err != nil {
+			return nil, fmt.Errorf("patch operation %s %s: %w", p.Op, p.Path, err)
 		}
-		b.WriteString(`,"value":`)
-		b.Write(v)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(dst, '}'), nil
 }
 
 // Patch is an RFC 6902 JSON Patch.
 type Patch []PatchOperation
 
-// JSON encodes the patch; an empty patch is "[]".
+// JSON encodes the patch; an empty patch is "[]". The bytes are json.Marshal's.
 func (p Patch) JSON() ([]byte, error) {
-	if len(p) == 0 {
-		return []byte("[]"), nil
+	return p.AppendJSON(nil)
+}
+
+// AppendJSON appends the patch's JSON encoding to dst (see JSON).
+func (p Patch) AppendJSON(dst []byte) ([]byte, error) {
+	dst = append(dst, '[')
+	for i, op := range p {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = op.appendJSON(dst); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal([]PatchOperation(p))
+	return append(dst, ']'), nil
 }
 
 // maxLCSCells bounds the work of aligning two lists; longer lists are patched element by
