@@ -23,15 +23,49 @@ const AuditAnnotationMutatedBy = "mutated-by"
 
 var admissionGV = admissionv1.SchemeGroupVersion.String()
 
+// admissionReview is a decoded AdmissionReview: the typed review, and its request's
+// object and oldObject, decoded once with the engine's number rules.
+type admissionReview struct {
+	*admissionv1.AdmissionReview
+	object, oldObject map[string]any
+}
+
 // decodeAdmissionReview decodes and checks an AdmissionReview admission.k8s.io/v1.
-func decodeAdmissionReview(body []byte) (*admissionv1.AdmissionReview, error) {
+//
+// The body is read once, by jsonvalue, into the generic model: the request's object and
+// oldObject (most of the bytes) are taken from it as they are, and the rest of the review,
+// a few hundred bytes, is written back and decoded into the typed review by
+// encoding/json, whose field and type rules (and errors) the typed fields keep.
+// Decoding the whole body with encoding/json and then the object again cost a third of
+// a /mutate.
+func decodeAdmissionReview(body []byte) (*admissionReview, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, errors.New("empty body: send an AdmissionReview admission.k8s.io/v1")
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
+	value, err := jsonvalue.Options{Normalize: true}.Decode(body)
+	if err != nil {
 		return nil, fmt.Errorf("not an AdmissionReview: %w", err)
 	}
+	out := &admissionReview{AdmissionReview: &admissionv1.AdmissionReview{}}
+	rest := value
+	if m, ok := value.(map[string]any); ok {
+		if request, ok := m["request"].(map[string]any); ok {
+			if out.object, err = takeObject(request, "object"); err != nil {
+				return nil, err
+			}
+			if out.oldObject, err = takeObject(request, "oldObject"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	typed, err := jsonvalue.Append(nil, rest)
+	if err != nil {
+		return nil, fmt.Errorf("not an AdmissionReview: %w", err)
+	}
+	if err := json.Unmarshal(typed, out.AdmissionReview); err != nil {
+		return nil, fmt.Errorf("not an AdmissionReview: %w", err)
+	}
+	review := out.AdmissionReview
 	if review.APIVersion != admissionGV || review.Kind != "AdmissionReview" {
 		return nil, fmt.Errorf("expected apiVersion %s kind AdmissionReview, got apiVersion %q kind %q: list only v1 in admissionReviewVersions", admissionGV, review.APIVersion, review.Kind)
 	}
@@ -44,7 +78,50 @@ func decodeAdmissionReview(body []byte) (*admissionv1.AdmissionReview, error) {
 	case r.Kind.Kind == "" || r.Kind.Version == "":
 		return nil, errors.New("request.kind needs version and kind")
 	}
-	return &review, nil
+	// A field spelled otherwise ("Object"), which encoding/json matches without regard
+	// to case, arrives raw in the typed request.
+	if out.object == nil && len(r.Object.Raw) > 0 {
+		if out.object, err = decodeObject("request.object", r.Object.Raw); err != nil {
+			return nil, err
+		}
+	}
+	if out.oldObject == nil && len(r.OldObject.Raw) > 0 {
+		if out.oldObject, err = decodeObject("request.oldObject", r.OldObject.Raw); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// takeObject removes request[field] and returns it: an object, or nil for null and absent.
+func takeObject(request map[string]any, field string) (map[string]any, error) {
+	v, ok := request[field]
+	if !ok {
+		return nil, nil
+	}
+	delete(request, field)
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return x, nil
+	}
+	return nil, fmt.Errorf("request.%s: expected a JSON object, got %s", field, jsonKind(v))
+}
+
+// jsonKind names the JSON type of a decoded value, for errors.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case nil:
+		return "null"
+	}
+	return "a number"
 }
 
 // decodeObject decodes an embedded object, keeping integers exact: numbers are int64
@@ -63,19 +140,13 @@ func decodeObject(field string, raw []byte) (map[string]any, error) {
 }
 
 // engineRequest turns an admission request into the engine's request.
-func engineRequest(ar *admissionv1.AdmissionRequest, namespaces NamespaceLookup) (*engine.Request, error) {
+func engineRequest(review *admissionReview, namespaces NamespaceLookup) (*engine.Request, error) {
+	ar := review.Request
 	op, err := engine.ParseOperation(string(ar.Operation))
 	if err != nil {
 		return nil, fmt.Errorf("request.operation: %w", err)
 	}
-	obj, err := decodeObject("request.object", ar.Object.Raw)
-	if err != nil {
-		return nil, err
-	}
-	old, err := decodeObject("request.oldObject", ar.OldObject.Raw)
-	if err != nil {
-		return nil, err
-	}
+	obj, old := review.object, review.oldObject
 	req := &engine.Request{
 		UID:         string(ar.UID),
 		Kind:        schema.GroupVersionKind(ar.Kind),
@@ -154,7 +225,7 @@ func (s *Server) admissionRequest(body []byte, c *call, endpoint string) (ar *ad
 		r := unavailable(endpoint, s)
 		return nil, nil, nil, &r
 	}
-	if req, err = engineRequest(ar, rt.namespaces); err != nil {
+	if req, err = engineRequest(review, rt.namespaces); err != nil {
 		r := badRequest("%v", err)
 		return nil, nil, nil, &r
 	}
