@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
+	"github.com/morph-dev/morph/internal/heapfloor"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 	"github.com/morph-dev/morph/internal/webhook"
@@ -65,6 +67,7 @@ type config struct {
 	maxInflight int
 	timeout     time.Duration
 	deadline    time.Duration
+	heapFloor   uint64
 }
 
 func main() {
@@ -93,6 +96,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.maxInflight, "max-inflight", 1024, "most requests in flight at once")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Second, "client timeout of one request")
 	fs.DurationVar(&cfg.deadline, "deadline", 4*time.Minute, "bound of the whole run")
+	fs.Uint64Var(&cfg.heapFloor, "heap-floor", heapfloor.DefaultSize, "the process's heap floor in bytes, as morph serve --gc-heap-floor keeps it (0: Go's default pacing); both targets share it")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -156,6 +160,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	}
 	serveCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
+	wg.Go(func() { heapfloor.Keep(serveCtx, cfg.heapFloor, log) })
 	wg.Go(func() {
 		if err := server.Serve(serveCtx, morphLn, webhook.ServeOptions{TLS: tlsConfig, ReloadInterval: -1, ShutdownGrace: 5 * time.Second}); err != nil {
 			log.Error("morph server", "error", err)
@@ -210,7 +215,7 @@ func run(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 		}
 		for i, t := range targets {
 			r := got[i].result(t.name, rate)
-			fmt.Fprintf(stderr, "%-5s %5d/s: p50 %s p99 %s, %d errors\n", t.name, rate, ms(r.p50), ms(r.p99), r.errors)
+			fmt.Fprintf(stderr, "%-5s %5d/s: p50 %s p99 %s max %s, %d errors, %d GC cycles (%s GC CPU)\n", t.name, rate, ms(r.p50), ms(r.p99), ms(r.max), r.errors, r.gc.cycles, ms(r.gc.cpu))
 			results = append(results, r)
 		}
 	}
@@ -304,6 +309,7 @@ type samples struct {
 	sent    int
 	errors  int
 	elapsed time.Duration
+	gc      gcCost
 }
 
 func (s *samples) add(o samples) {
@@ -311,10 +317,37 @@ func (s *samples) add(o samples) {
 	s.sent += o.sent
 	s.errors += o.errors
 	s.elapsed += o.elapsed
+	s.gc.cycles += o.gc.cycles
+	s.gc.cpu += o.gc.cpu
+}
+
+// gcCost is the garbage collector's work during a step: the process's, so client and
+// server alike, read between steps when no request is in flight.
+type gcCost struct {
+	cycles uint64
+	cpu    time.Duration
+}
+
+var gcMetrics = []string{"/gc/cycles/total:gc-cycles", "/cpu/classes/gc/total:cpu-seconds"}
+
+func readGC() gcCost {
+	s := make([]metrics.Sample, len(gcMetrics))
+	for i, name := range gcMetrics {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	var c gcCost
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		c.cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		c.cpu = time.Duration(s[1].Value.Float64() * float64(time.Second))
+	}
+	return c
 }
 
 func (s *samples) result(target string, rate int) result {
-	r := result{target: target, rate: rate, sent: s.sent, ok: len(s.ok), errors: s.errors, elapsed: s.elapsed}
+	r := result{target: target, rate: rate, sent: s.sent, ok: len(s.ok), errors: s.errors, elapsed: s.elapsed, gc: s.gc}
 	if len(s.ok) > 0 {
 		sorted := slices.Sorted(slices.Values(s.ok))
 		r.p50, r.p99, r.max = percentile(sorted, 0.50), percentile(sorted, 0.99), sorted[len(sorted)-1]
@@ -333,6 +366,7 @@ type result struct {
 	p50, p99   time.Duration
 	max        time.Duration
 	throughput float64
+	gc         gcCost
 }
 
 // step sends rate requests per second for d, open loop, and measures each request from
@@ -344,6 +378,7 @@ func step(ctx context.Context, client *http.Client, t target, body []byte, rate 
 	failed := make([]bool, n)
 	slots := make(chan struct{}, maxInflight)
 	var wg sync.WaitGroup
+	gcBefore := readGC()
 	start := time.Now().Add(10 * time.Millisecond)
 	sent := 0
 	for i := range n {
@@ -374,6 +409,8 @@ func step(ctx context.Context, client *http.Client, t target, body []byte, rate 
 	}
 	wg.Wait()
 	out := samples{sent: sent, elapsed: time.Since(start)}
+	gcAfter := readGC()
+	out.gc = gcCost{cycles: gcAfter.cycles - gcBefore.cycles, cpu: gcAfter.cpu - gcBefore.cpu}
 	for i := range sent {
 		if failed[i] {
 			out.errors++
@@ -395,12 +432,17 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float
 func report(w io.Writer, cfg *config, verified string, results []result) {
 	fmt.Fprintf(w, "## morph serve /mutate load test\n\n")
 	fmt.Fprintf(w, "Workload: %s (%s), open loop, %s per rate and target in %d alternating rounds, latency from each request's scheduled send time. ", cfg.workload, cfg.mutators, cfg.duration, cfg.rounds)
-	fmt.Fprintf(w, "Same process, TLS 1.2+ over loopback, HTTP/1.1, the same client for both targets.\n\n")
+	fmt.Fprintf(w, "Same process, TLS 1.2+ over loopback, HTTP/1.1, the same client for both targets. ")
+	if cfg.heapFloor > 0 {
+		fmt.Fprintf(w, "The process keeps morph serve's heap floor (--gc-heap-floor) of %d MiB, for both targets; GC columns are the whole process's collections during the rate's steps.\n\n", cfg.heapFloor>>20)
+	} else {
+		fmt.Fprintf(w, "Go's default GC pacing (-heap-floor 0, as morph serve --gc-heap-floor 0); GC columns are the whole process's collections during the rate's steps.\n\n")
+	}
 	fmt.Fprintf(w, "Patch verified against expected-pod.json: %s\n\n", verified)
-	fmt.Fprintln(w, "| rate (/s) | target | sent | ok | errors | throughput (/s) | p50 | p99 | max |")
-	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| rate (/s) | target | sent | ok | errors | throughput (/s) | p50 | p99 | max | GC cycles | GC CPU |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Fprintf(w, "| %d | %s | %d | %d | %d | %.0f | %s | %s | %s |\n", r.rate, r.target, r.sent, r.ok, r.errors, r.throughput, ms(r.p50), ms(r.p99), ms(r.max))
+		fmt.Fprintf(w, "| %d | %s | %d | %d | %d | %.0f | %s | %s | %s | %d | %s |\n", r.rate, r.target, r.sent, r.ok, r.errors, r.throughput, ms(r.p50), ms(r.p99), ms(r.max), r.gc.cycles, ms(r.gc.cpu))
 	}
 	fmt.Fprintln(w)
 	byKey := map[string]result{}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/morph-dev/morph/internal/heapfloor"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 	"github.com/morph-dev/morph/internal/webhook"
@@ -49,6 +50,7 @@ type serveOptions struct {
 	shutdownGrace  time.Duration
 	logFormat      string
 	logLevel       string
+	heapFloor      string
 }
 
 // newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
@@ -81,6 +83,11 @@ Environment (Katalog deployments; a flag given on the command line wins):
   ENABLE_CONVERSION         --conversion  serve /convert (default true)
   TLS_CERT, TLS_KEY         --tls-cert, --tls-key
 As in Katalog deployments, admission requires conversion.
+
+Garbage collection: the heap may grow to --gc-heap-floor (64Mi) before the collector
+runs, instead of Go's 4 MiB, which at 1,000 requests a second would collect about 25
+times a second and slow the requests each collection overlaps. Above the floor GOGC
+paces as usual; GOMEMLIMIT, when set, caps the heap before the floor does.
 
 SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 --shutdown-grace) and morph exits 0.`,
@@ -118,6 +125,7 @@ SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", webhook.DefaultShutdownGrace, "how long in-flight requests may take to finish on shutdown")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
+	f.StringVar(&o.heapFloor, "gc-heap-floor", resource.NewQuantity(heapfloor.DefaultSize, resource.BinarySI).String(), "heap size below which the garbage collector does not run (a quantity; 0 leaves Go's pacing alone; GOMEMLIMIT still caps it)")
 	return cmd
 }
 
@@ -182,6 +190,14 @@ func (o *serveOptions) maxBodyBytes() (int64, error) {
 	return q.Value(), nil
 }
 
+func (o *serveOptions) heapFloorBytes() (uint64, error) {
+	q, err := resource.ParseQuantity(o.heapFloor)
+	if err != nil || q.Sign() < 0 {
+		return 0, usagef("--gc-heap-floor %q is not a size: use bytes or a quantity such as 64Mi, or 0 to turn the floor off", o.heapFloor)
+	}
+	return uint64(q.Value()), nil
+}
+
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -205,10 +221,18 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
+	heapFloor, err := o.heapFloorBytes()
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
+	floorCtx, stopFloor := context.WithCancel(ctx)
+	floorDone := make(chan struct{})
+	go func() { heapfloor.Keep(floorCtx, heapFloor, log); close(floorDone) }()
+	defer func() { stopFloor(); <-floorDone }()
 	certFile, keyFile := o.tlsCert, o.tlsKey
 	if o.certDir != "" {
 		hosts, err := webhook.CertificateHosts(o.addr, o.dnsNames)

@@ -152,6 +152,8 @@ func TestServeStartupErrors(t *testing.T) {
 		{"no policies", nil, []string{"--policies=", "--cert-dir", dir}, "--policies is required"},
 		{"a bad body limit", nil, []string{"--cert-dir", dir, "--max-body", "lots"}, `--max-body "lots"`},
 		{"a bad log format", nil, []string{"--cert-dir", dir, "--log-format", "xml"}, `--log-format "xml"`},
+		{"a negative heap floor", nil, []string{"--cert-dir", dir, "--gc-heap-floor", "-1Mi"}, `--gc-heap-floor "-1Mi" is not a size`},
+		{"a heap floor that is no size", nil, []string{"--cert-dir", dir, "--gc-heap-floor", "big"}, `--gc-heap-floor "big" is not a size`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
