@@ -304,7 +304,7 @@ func (r *Result) Changed() bool { return len(r.Patch) > 0 }
 
 // Mutated lists the IDs that changed the object, once each, in order of first change.
 func (r *Result) Mutated() []ID {
-	var ids []ID
+	ids := make([]ID, 0, len(r.Trace))
 	for _, c := range r.Trace {
 		if !slices.Contains(ids, c.ID) {
 			ids = append(ids, c.ID)

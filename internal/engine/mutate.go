@@ -34,7 +34,8 @@ func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res *Result) error {
 	var skip []bool
 	w := &Writer{}
-	var changedBy []ID
+	// changedBy are the indices in cands of the mutators that changed the current pass.
+	var changedBy []int
 	// warnings are the mutators' own (Writer.Warn) of the current run; a restart
 	// forgets them with the run. Failure warnings come from res.Failures.
 	var warnings []string
@@ -89,11 +90,8 @@ restart:
 			}
 			if w.HasChanges() {
 				obj = next
-				if res.Trace == nil {
-					res.Trace = make([]Change, 0, len(cands))
-				}
 				res.Trace = append(res.Trace, Change{ID: c.id, Pass: pass, Paths: slices.Clone(w.paths)})
-				changedBy = append(changedBy, c.id)
+				changedBy = append(changedBy, i)
 			}
 		}
 		res.Passes = pass
@@ -102,7 +100,11 @@ restart:
 			return nil
 		}
 		if pass == maxPasses {
-			return &NotConvergedError{Passes: pass, Mutators: slices.Clone(changedBy)}
+			ids := make([]ID, len(changedBy))
+			for j, i := range changedBy {
+				ids[j] = cands[i].id
+			}
+			return &NotConvergedError{Passes: pass, Mutators: ids}
 		}
 	}
 	res.Object = obj

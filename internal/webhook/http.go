@@ -1,11 +1,12 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"runtime/debug"
@@ -55,21 +56,54 @@ func (s *Server) review(endpoint string, h reviewHandler) http.Handler {
 		elapsed := time.Since(start)
 		s.metrics.requests.WithLabelValues(endpoint, rep.outcome).Inc()
 		s.metrics.latency.WithLabelValues(endpoint, rep.outcome).Observe(elapsed.Seconds())
-		attrs := append([]any{"endpoint", endpoint, "status", rep.status, "outcome", rep.outcome, "duration", elapsed}, c.attrs()...)
+		msg, level, errText := "request", slog.LevelDebug, any(nil)
 		switch {
 		case rep.status >= 500 || c.err != nil:
+			msg, level, errText = "request failed", slog.LevelError, rep.message
 			if c.err != nil {
-				attrs = append(attrs, "error", c.err)
-			} else {
-				attrs = append(attrs, "error", rep.message)
+				errText = c.err
 			}
-			s.log.Error("request failed", attrs...)
 		case rep.status >= 400:
-			s.log.Warn("request rejected", append(attrs, "error", rep.message)...)
-		default:
-			s.log.Debug("request", attrs...)
+			msg, level, errText = "request rejected", slog.LevelWarn, rep.message
 		}
+		if !s.log.Enabled(r.Context(), level) {
+			return // the attributes below cost a dozen allocations a request
+		}
+		attrs := append([]any{"endpoint", endpoint, "status", rep.status, "outcome", rep.outcome, "duration", elapsed}, c.attrs()...)
+		if errText != nil {
+			attrs = append(attrs, "error", errText)
+		}
+		s.log.Log(r.Context(), level, msg, attrs...)
 	})
+}
+
+// maxPooledBody is the largest buffer kept for reuse: a rare huge review should not
+// pin its memory.
+const maxPooledBody = 1 << 20
+
+// readBody reads a request body of at most limit bytes into a buffer of s.bodies;
+// release gives the buffer back. Nothing decoded from a body keeps a reference to it
+// (jsonvalue copies strings, RawExtension copies its bytes), so a buffer is reused as
+// soon as its request is answered.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	buf, _ := s.bodies.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
+	release = func() {
+		if buf.Cap() <= maxPooledBody {
+			s.bodies.Put(buf)
+		}
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return buf.Bytes(), release, nil
 }
 
 func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHandler, c *call) (rep reply) {
@@ -97,7 +131,7 @@ func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHa
 	if r.ContentLength > s.opts.MaxBody {
 		return tooLarge(s.opts.MaxBody)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	body, release, err := s.readBody(w, r, s.opts.MaxBody)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge(s.opts.MaxBody)
@@ -105,6 +139,7 @@ func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHa
 		return badRequest("reading the request body: %v", err)
 	}
 	// Stop work early enough for the answer to reach the API server before it gives up.
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), timeout-timeout/10)
 	defer cancel()
 	return h(ctx, body, c)

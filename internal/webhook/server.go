@@ -51,6 +51,8 @@ type Server struct {
 	metrics *metrics
 	rt      atomic.Pointer[runtime]
 	handler http.Handler
+	// bodies are reusable request body buffers (*bytes.Buffer; see readBody).
+	bodies sync.Pool
 
 	mu          sync.Mutex // guards the fields below
 	fingerprint string
