@@ -287,10 +287,12 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 }
 
 // mutationFailed answers a request the engine could not finish (see the package
-// documentation, "Failures and deadlines").
+// documentation, "Failures and deadlines"). Only the request's own deadline (ctx done)
+// is a timeout: a FailClose policy past its own deadline (TimeoutPolicy) while the
+// request still has time is that policy's error, counted and answered like any other.
 func (s *Server) mutationFailed(ctx context.Context, rt *runtime, req *engine.Request, resp *admissionv1.AdmissionResponse, err error, c *call) reply {
 	c.err = err
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	if ctx.Err() != nil {
 		if !rt.failClose(rt.set.Candidates(req.Kind, req.Operation)) {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf("morph: mutation did not finish in time (%v); the object was admitted unchanged", err))
 			return ok(admissionAnswer(resp), outcomeFailed)

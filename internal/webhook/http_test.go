@@ -127,8 +127,11 @@ func TestDeadlines(t *testing.T) {
 		path     string
 		allowed  bool
 		code     int32
-		warning  string
-		labels   bool
+		// message is part of the refusal's message; metric is a line /metrics must show.
+		message string
+		metric  string
+		warning string
+		labels  bool
 	}{
 		{
 			name:     "a FailIgnore policy past the request deadline admits the object unchanged",
@@ -152,6 +155,17 @@ func TestDeadlines(t *testing.T) {
 			mutators: []engine.Mutator{&labelMutator{name: "slow", key: "x", value: "y", block: true, failure: engine.FailClose}},
 			path:     "/mutate?timeout=200ms",
 			code:     504,
+			message:  "did not finish in time",
+		},
+		{
+			name: "a FailClose policy past its own deadline refuses with 500 as its error, and the error is counted",
+			mutators: []engine.Mutator{
+				&timedMutator{labelMutator: &labelMutator{name: "slow", key: "x", value: "y", block: true, failure: engine.FailClose}, timeout: 20 * time.Millisecond},
+			},
+			path:    "/mutate?timeout=10s",
+			code:    500,
+			message: "morph: Label/slow: ",
+			metric:  `morph_policy_errors_total{policy="Label/slow"} 1`,
 		},
 		{
 			name: "a policy past its own deadline is skipped; the others still apply",
@@ -178,6 +192,12 @@ func TestDeadlines(t *testing.T) {
 			}
 			if !tt.allowed && resp.Result.Code != tt.code {
 				t.Errorf("code = %d, want %d", resp.Result.Code, tt.code)
+			}
+			if tt.message != "" && !strings.Contains(resp.Result.Message, tt.message) {
+				t.Errorf("message = %q, want it to contain %q", resp.Result.Message, tt.message)
+			}
+			if tt.metric != "" && !strings.Contains(get(t, s.Handler(), "/metrics"), tt.metric) {
+				t.Errorf("metrics lack %q", tt.metric)
 			}
 			if tt.warning != "" && (len(resp.Warnings) == 0 || !strings.Contains(strings.Join(resp.Warnings, "\n"), tt.warning)) {
 				t.Errorf("warnings %q lack %q", resp.Warnings, tt.warning)
