@@ -149,10 +149,10 @@ func (h *httpCaller) do(method, rawURL string, body any, headers map[string]stri
 		return nil, fmt.Errorf("http: %q: only http and https URLs are allowed", rawURL)
 	}
 	if len(h.allow) == 0 {
-		return nil, fmt.Errorf("http: calls are off: allow the host %q with --http-allow-host", u.Host)
+		return nil, fmt.Errorf("http: calls are off: allow the host %q with --allow-http-host", u.Host)
 	}
 	if !h.allowed(u) {
-		return nil, fmt.Errorf("http: host %q is not allowed: allow it with --http-allow-host", u.Host)
+		return nil, fmt.Errorf("http: host %q is not allowed: allow it with --allow-http-host", u.Host)
 	}
 	var reader io.Reader
 	if body != nil {

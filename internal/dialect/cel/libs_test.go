@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -189,8 +190,8 @@ func TestHTTPLibrary(t *testing.T) {
 		wantErr string
 	}{
 		{name: "allowed host", allow: []string{host}, path: "/team", want: "platform"},
-		{name: "off by default", path: "/team", wantErr: "http: calls are off"},
-		{name: "host not allowed", allow: []string{"example.invalid"}, path: "/team", wantErr: "is not allowed"},
+		{name: "off by default", path: "/team", wantErr: "http: calls are off: allow the host " + strconv.Quote(host) + " with --allow-http-host"},
+		{name: "host not allowed", allow: []string{"example.invalid"}, path: "/team", wantErr: "is not allowed: allow it with --allow-http-host"},
 		{name: "response too large", allow: []string{host}, path: "/big", wantErr: "larger than 2097152 bytes"},
 		{name: "timeout", allow: []string{host}, path: "/slow", timeout: 50 * time.Millisecond, wantErr: "deadline exceeded"},
 	}
