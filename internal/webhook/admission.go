@@ -203,7 +203,7 @@ func admissionAnswer(resp *admissionv1.AdmissionResponse) *admissionv1.Admission
 
 func unavailable(what string, s *Server) reply {
 	s.mu.Lock()
-	why := s.lastError
+	why := s.reportedError().text
 	s.mu.Unlock()
 	if why == "" {
 		why = "loading"

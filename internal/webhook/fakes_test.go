@@ -202,12 +202,25 @@ type staticSource struct {
 	snap *Snapshot
 	err  error
 	fp   int
+	// fpErr, when set, is the error of Fingerprint (a folder that cannot be read).
+	fpErr error
 }
 
 func (s *staticSource) Fingerprint() (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fpErr != nil {
+		return "", s.fpErr
+	}
 	return fmt.Sprint(s.fp), nil
+}
+
+// set changes the source as a test step says: its fingerprint and the errors of
+// Fingerprint and Load.
+func (s *staticSource) set(fp int, fpErr, loadErr error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fp, s.fpErr, s.err = fp, fpErr, loadErr
 }
 
 func (s *staticSource) Load() (*Snapshot, error) {

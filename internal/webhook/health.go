@@ -18,7 +18,8 @@ type Readiness struct {
 }
 
 // Readiness reports the server's state: whether policies are loaded, how many, and the
-// last load error (kept until a later load succeeds).
+// last error: a failed read of the source (kept until a read succeeds), otherwise the
+// last load's (kept until a later load succeeds).
 func (s *Server) Readiness() Readiness {
 	var r Readiness
 	if rt := s.rt.Load(); rt != nil {
@@ -26,9 +27,8 @@ func (s *Server) Readiness() Readiness {
 		r.Ready, r.Policies, r.LoadedAt, r.Notes = true, &counts, &loaded, rt.notes
 	}
 	s.mu.Lock()
-	if s.reportedErr != "" {
-		at := s.lastErrorAt
-		r.LastError, r.LastErrorAt = s.lastError, &at
+	if failure := s.reportedError(); failure.text != "" {
+		r.LastError, r.LastErrorAt = failure.text, &failure.at
 	}
 	s.mu.Unlock()
 	return r

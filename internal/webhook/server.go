@@ -54,11 +54,27 @@ type Server struct {
 	// bodies are reusable request body buffers (*bytes.Buffer; see readBody).
 	bodies sync.Pool
 
-	mu          sync.Mutex // guards the fields below
+	mu sync.Mutex // guards the fields below
+	// fingerprint is the source's fingerprint at the last load attempt.
 	fingerprint string
-	lastError   string
-	lastErrorAt time.Time
-	reportedErr string
+	// loadErr is the last load attempt's error, zero once a load succeeds; readErr is
+	// the last failed read of the source's fingerprint, zero once a read succeeds.
+	loadErr, readErr sourceError
+}
+
+// sourceError is a failure to read or load the policies, as /readyz shows it.
+type sourceError struct {
+	text string
+	at   time.Time
+}
+
+// reportedError is the failure /readyz shows, zero when there is none: a failed read
+// of the source while it lasts, otherwise the last load's error. Called with mu held.
+func (s *Server) reportedError() sourceError {
+	if s.readErr.text != "" {
+		return s.readErr
+	}
+	return s.loadErr
 }
 
 // New builds a server. It does not load policies: call Reload (or Serve, which does).
@@ -110,7 +126,7 @@ func (s *Server) Ready() bool { return s.rt.Load() != nil }
 func (s *Server) Reload() error {
 	fp, err := s.opts.Source.Fingerprint()
 	if err != nil {
-		s.loadFailed(err, true)
+		s.readFailed(err, true)
 		return err
 	}
 	return s.load(fp)
@@ -119,6 +135,7 @@ func (s *Server) Reload() error {
 func (s *Server) load(fp string) error {
 	s.mu.Lock()
 	s.fingerprint = fp
+	s.readErr = sourceError{} // fp was read
 	s.mu.Unlock()
 	snap, err := s.opts.Source.Load()
 	var rt *runtime
@@ -126,7 +143,7 @@ func (s *Server) load(fp string) error {
 		rt, err = newRuntime(snap, s.opts.Now())
 	}
 	if err != nil {
-		s.loadFailed(err, true)
+		s.loadFailed(err)
 		return err
 	}
 	if s.opts.Namespaces != nil {
@@ -134,7 +151,7 @@ func (s *Server) load(fp string) error {
 	}
 	s.rt.Store(rt)
 	s.mu.Lock()
-	s.reportedErr = ""
+	s.loadErr = sourceError{}
 	s.mu.Unlock()
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.setPolicies(rt.counts)
@@ -146,16 +163,23 @@ func (s *Server) load(fp string) error {
 	return nil
 }
 
-// loadFailed records a failed load. attempt says whether a load was tried (and is
-// counted) rather than a poll that could not read the files, counted only when its error
-// is new so that a missing folder does not count once per poll.
-func (s *Server) loadFailed(err error, attempt bool) {
+// loadFailed records a failed load, shown by /readyz until a load succeeds.
+func (s *Server) loadFailed(err error) { s.sourceFailed(&s.loadErr, err, true) }
+
+// readFailed records a failure to read the source's fingerprint, shown by /readyz until
+// a read succeeds. Reload counts it (counted); a poll counts it only when its error is
+// new, so that a missing folder does not count once per poll.
+func (s *Server) readFailed(err error, counted bool) { s.sourceFailed(&s.readErr, err, counted) }
+
+// sourceFailed records err in slot (s.loadErr or s.readErr), counts it when counted or
+// new, and logs it when new.
+func (s *Server) sourceFailed(slot *sourceError, err error, counted bool) {
+	now := s.opts.Now()
 	s.mu.Lock()
-	s.lastError, s.lastErrorAt = err.Error(), s.opts.Now()
-	repeat := s.reportedErr == err.Error()
-	s.reportedErr = err.Error()
+	repeat := s.reportedError().text == err.Error()
+	*slot = sourceError{text: err.Error(), at: now}
 	s.mu.Unlock()
-	if attempt || !repeat {
+	if counted || !repeat {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 	}
 	if repeat {
@@ -182,16 +206,25 @@ func (s *Server) watch(ctx context.Context, every time.Duration) {
 	}
 }
 
-// poll reloads once if the source changed since the last load attempt.
+// poll reloads once if the source changed since the last load attempt. A poll that
+// reads an unchanged source ends the error of a poll that could not read it; the last
+// load attempt's error, if any, stays.
 func (s *Server) poll() {
 	fp, err := s.opts.Source.Fingerprint()
 	if err != nil {
-		s.loadFailed(err, false)
+		s.readFailed(err, false)
 		return
 	}
 	s.mu.Lock()
 	same := fp == s.fingerprint
+	readAgain := same && s.readErr.text != ""
+	if same {
+		s.readErr = sourceError{}
+	}
 	s.mu.Unlock()
+	if readAgain {
+		s.log.Info("policy source readable again, unchanged since the last load attempt")
+	}
 	if same {
 		return
 	}

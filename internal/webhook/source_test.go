@@ -220,3 +220,76 @@ func TestDuplicatePoliciesFailTheLoad(t *testing.T) {
 		t.Error("two converters of one kind were accepted")
 	}
 }
+
+// TestPollClearsAReadErrorWhenTheSourceReadsAgain: a poll that cannot read the source
+// is shown by /readyz until a poll reads it again; a failed load of changed files stays
+// shown until a load succeeds.
+func TestPollClearsAReadErrorWhenTheSourceReadsAgain(t *testing.T) {
+	unreadable := errors.New("policies: permission denied")
+	broken := errors.New(`policies/bad.yaml: document 1 (Label "nokey"): spec.key: is required`)
+	// Each step sets the source (fingerprint, Fingerprint's and Load's errors), polls,
+	// and reads /readyz.
+	type step struct {
+		fp               int
+		readErr, loadErr error
+		wantError        string // part of /readyz's lastError; "" for none
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{
+			name: "unchanged files that read again clear the read error",
+			steps: []step{
+				{fp: 1, readErr: unreadable, wantError: "permission denied"},
+				{fp: 1, readErr: unreadable, wantError: "permission denied"},
+				{fp: 1},
+			},
+		},
+		{
+			name: "a failed load of changed files stays reported after the read error clears",
+			steps: []step{
+				{fp: 2, loadErr: broken, wantError: "spec.key"},
+				{fp: 2, loadErr: broken, readErr: unreadable, wantError: "permission denied"},
+				{fp: 2, loadErr: broken, wantError: "spec.key"},
+				{fp: 3},
+			},
+		},
+		{
+			name: "changed files that read again are loaded",
+			steps: []step{
+				{fp: 1, readErr: unreadable, wantError: "permission denied"},
+				{fp: 4},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := bundleSource(&policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}}})
+			src.fp = 1
+			s, err := New(Options{Source: src, Admission: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range tt.steps {
+				src.set(st.fp, st.readErr, st.loadErr)
+				s.poll()
+				var ready Readiness
+				if err := json.Unmarshal([]byte(get(t, s.Handler(), "/readyz")), &ready); err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case !ready.Ready:
+					t.Errorf("step %d: not ready: %+v", i, ready)
+				case st.wantError == "" && (ready.LastError != "" || ready.LastErrorAt != nil):
+					t.Errorf("step %d: lastError = %q, want none", i, ready.LastError)
+				case st.wantError != "" && (!strings.Contains(ready.LastError, st.wantError) || ready.LastErrorAt == nil):
+					t.Errorf("step %d: lastError = %q, want it to contain %q", i, ready.LastError, st.wantError)
+				}
+			}
+		})
+	}
+}
