@@ -113,10 +113,11 @@ func (c *Certificates) TLSConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.GetCertificate}
 }
 
-// EnsureCertificates makes sure dir holds tls.crt and tls.key. When either is missing it
+// EnsureCertificates makes sure dir holds tls.crt and tls.key. When both are missing it
 // generates a CA and a serving certificate signed by it (ECDSA P-256) for hosts (IP
 // addresses or DNS names), writes ca.crt, tls.crt and tls.key (keys 0600), and returns
-// true. The CA's key is not kept: a new certificate means a new CA.
+// true. The CA's key is not kept: a new certificate means a new CA. When only one of
+// them exists it is an error: the file present is not the operator's to lose.
 func EnsureCertificates(dir string, hosts []string, now time.Time) (generated bool, err error) {
 	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
 	_, certErr := os.Stat(certPath)
@@ -128,6 +129,12 @@ func EnsureCertificates(dir string, hosts []string, now time.Time) (generated bo
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return false, fmt.Errorf("certificate folder %s: %w", dir, err)
 		}
+	}
+	switch {
+	case certErr == nil:
+		return false, fmt.Errorf("certificate folder %s has %s but not %s: remove %s to generate a new pair, or provide both", dir, CertFile, keyPath, CertFile)
+	case keyErr == nil:
+		return false, fmt.Errorf("certificate folder %s has %s but not %s: remove %s to generate a new pair, or provide both", dir, KeyFile, certPath, KeyFile)
 	}
 	if len(hosts) == 0 {
 		return false, errors.New("generating a serving certificate needs at least one host name or IP address")

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,5 +262,40 @@ func TestServeTLSSettings(t *testing.T) {
 	if resp, err := (&http.Client{Transport: old, Timeout: 5 * time.Second}).Get(base + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Error("a TLS 1.1 client was served")
+	}
+}
+
+// TestEnsureCertificatesRefusesHalfAPair: a folder with only one of tls.crt and tls.key
+// is an error naming the missing file, and the file present is left as it is.
+func TestEnsureCertificatesRefusesHalfAPair(t *testing.T) {
+	tests := []struct {
+		present, missing string
+	}{
+		{present: CertFile, missing: KeyFile},
+		{present: KeyFile, missing: CertFile},
+	}
+	for _, tt := range tests {
+		t.Run("only "+tt.present, func(t *testing.T) {
+			dir := t.TempDir()
+			kept := []byte("the operator's " + tt.present)
+			if err := os.WriteFile(filepath.Join(dir, tt.present), kept, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			generated, err := EnsureCertificates(dir, []string{"127.0.0.1"}, time.Now())
+			if err == nil || generated {
+				t.Fatalf("EnsureCertificates = %v, %v; want an error", generated, err)
+			}
+			for _, want := range []string{filepath.Join(dir, tt.missing), "remove " + tt.present, "provide both"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, tt.present)); !bytes.Equal(got, kept) {
+				t.Errorf("%s was overwritten", tt.present)
+			}
+			if _, err := os.Stat(filepath.Join(dir, tt.missing)); err == nil {
+				t.Errorf("%s was written", tt.missing)
+			}
+		})
 	}
 }
