@@ -36,10 +36,25 @@ type Certificates struct {
 	checkEvery time.Duration
 	now        func() time.Time
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards the fields below
 	cert      *tls.Certificate
 	stamp     [2]fileStamp
 	checkedAt time.Time
+	// onReload, when set, is told the reloads worth reporting (see OnReload).
+	onReload func(CertificateReload)
+	// failure is the error of the last failed reload, "" once the files load (or are
+	// back as they were).
+	failure string
+}
+
+// CertificateReload is the outcome of a reload of changed certificate files.
+type CertificateReload struct {
+	CertFile, KeyFile string
+	// Leaf is the certificate served from now on: the new one, or after a failure the
+	// last good one.
+	Leaf *x509.Certificate
+	// Err is why the files did not load; nil when the new pair is served.
+	Err error
 }
 
 type fileStamp struct {
@@ -59,32 +74,43 @@ func stampOf(path string) (fileStamp, error) {
 // current.
 func LoadCertificates(certFile, keyFile string) (*Certificates, error) {
 	c := &Certificates{certFile: certFile, keyFile: keyFile, checkEvery: time.Second, now: time.Now}
-	if err := c.refresh(); err != nil {
+	if _, err := c.refresh(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// refresh reloads the pair when either file changed. Called with mu held, or before c
-// is shared.
-func (c *Certificates) refresh() error {
+// refresh reloads the pair when either file changed, and says whether it did. Called
+// with mu held, or before c is shared.
+func (c *Certificates) refresh() (reloaded bool, err error) {
 	cs, err := stampOf(c.certFile)
 	if err != nil {
-		return fmt.Errorf("TLS certificate: %w", err)
+		return false, fmt.Errorf("TLS certificate: %w", err)
 	}
 	ks, err := stampOf(c.keyFile)
 	if err != nil {
-		return fmt.Errorf("TLS key: %w", err)
+		return false, fmt.Errorf("TLS key: %w", err)
 	}
 	if c.cert != nil && cs == c.stamp[0] && ks == c.stamp[1] {
-		return nil
+		return false, nil
 	}
 	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
-		return fmt.Errorf("TLS certificate %s and key %s: %w", c.certFile, c.keyFile, err)
+		return false, fmt.Errorf("TLS certificate %s and key %s: %w", c.certFile, c.keyFile, err)
 	}
 	c.cert, c.stamp = &pair, [2]fileStamp{cs, ks}
-	return nil
+	return true, nil
+}
+
+// OnReload sets the function told the reloads of changed files after the first load:
+// each success, and each failure whose error differs from the last failure's, so that
+// files that stay broken are reported once rather than at every handshake. It is called
+// outside c's lock, from the handshake that noticed the change. Server.TLSConfig sets it
+// to log and count the reloads.
+func (c *Certificates) OnReload(report func(CertificateReload)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onReload = report
 }
 
 // GetCertificate implements tls.Config.GetCertificate. When the files changed but cannot
@@ -92,12 +118,38 @@ func (c *Certificates) refresh() error {
 // load.
 func (c *Certificates) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var report func(CertificateReload)
+	var reload CertificateReload
 	if now := c.now(); now.Sub(c.checkedAt) >= c.checkEvery {
 		c.checkedAt = now
-		_ = c.refresh() // keep serving the last good pair
+		report, reload = c.check()
 	}
-	return c.cert, nil
+	cert := c.cert
+	c.mu.Unlock()
+	if report != nil {
+		report(reload)
+	}
+	return cert, nil
+}
+
+// check reloads changed files, keeping the last good pair when they do not load, and
+// returns the reload to report with the function to report it to (nil when there is
+// nothing new to report). Called with mu held.
+func (c *Certificates) check() (func(CertificateReload), CertificateReload) {
+	reloaded, err := c.refresh()
+	reload := CertificateReload{CertFile: c.certFile, KeyFile: c.keyFile, Leaf: c.cert.Leaf, Err: err}
+	switch {
+	case err != nil && err.Error() == c.failure:
+		return nil, reload
+	case err != nil:
+		c.failure = err.Error()
+		return c.onReload, reload
+	}
+	c.failure = ""
+	if !reloaded {
+		return nil, reload
+	}
+	return c.onReload, reload
 }
 
 // Leaf returns the parsed serving certificate currently used.

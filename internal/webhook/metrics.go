@@ -16,6 +16,8 @@ type metrics struct {
 	conversions *prometheus.CounterVec // outcome
 	reloads     *prometheus.CounterVec // outcome
 	policies    *prometheus.GaugeVec   // sort
+	// certificateReloads counts reloads of rotated serving certificates.
+	certificateReloads *prometheus.CounterVec // outcome
 }
 
 // Request outcomes, the "outcome" label of the request metrics.
@@ -66,9 +68,16 @@ func newMetrics() *metrics {
 			Namespace: "morph", Name: "policies",
 			Help: "Compiled policies served, by sort (mutators, finalizers, validators, converters).",
 		}, []string{"sort"}),
+		certificateReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "morph", Name: "certificate_reloads_total",
+			Help: "Reloads of changed serving certificate files, by outcome (success, failure: the last good certificate is still served). A failure is counted once until the error changes.",
+		}, []string{"outcome"}),
 	}
+	// Both outcomes exist from the start, so that an alert on failures sees the first.
+	m.certificateReloads.WithLabelValues("success")
+	m.certificateReloads.WithLabelValues("failure")
 	m.registry.MustRegister(m.requests, m.latency, m.mutations, m.errors, m.passes, m.conversions, m.reloads, m.policies,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.certificateReloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

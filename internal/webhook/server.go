@@ -232,9 +232,34 @@ func (s *Server) poll() {
 	_ = s.load(fp) // load reports its own errors
 }
 
+// TLSConfig returns the configuration serving certs (Certificates.TLSConfig) for
+// ServeOptions.TLS, and makes the server log and count their reloads: a rotated pair
+// that does not load is logged at error level and counted in
+// morph_certificate_reloads_total{outcome="failure"} while the last good pair is served.
+func (s *Server) TLSConfig(certs *Certificates) *tls.Config {
+	certs.OnReload(s.certificateReloaded)
+	return certs.TLSConfig()
+}
+
+// certificateReloaded logs and counts a reload of the serving certificates.
+func (s *Server) certificateReloaded(r CertificateReload) {
+	var notAfter time.Time
+	if r.Leaf != nil {
+		notAfter = r.Leaf.NotAfter
+	}
+	if r.Err != nil {
+		s.metrics.certificateReloads.WithLabelValues("failure").Inc()
+		s.log.Error("TLS certificate reload failed; serving the last good certificate",
+			"error", r.Err, "cert", r.CertFile, "key", r.KeyFile, "servedNotAfter", notAfter)
+		return
+	}
+	s.metrics.certificateReloads.WithLabelValues("success").Inc()
+	s.log.Info("TLS certificate reloaded", "cert", r.CertFile, "key", r.KeyFile, "notAfter", notAfter)
+}
+
 // ServeOptions configure Serve and ListenAndServe.
 type ServeOptions struct {
-	// TLS is the server's TLS configuration (see Certificates.TLSConfig). Required.
+	// TLS is the server's TLS configuration (see Server.TLSConfig). Required.
 	TLS *tls.Config
 	// HTTP2 enables HTTP/2, off by default (CVE-2023-44487, rapid reset).
 	HTTP2 bool
