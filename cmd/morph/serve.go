@@ -25,7 +25,8 @@ import (
 )
 
 // The environment variables of Katalog deployments (spec 000), read as the defaults of
-// the matching flags; a flag given on the command line wins.
+// the matching flags; a flag given on the command line wins, and an empty variable counts
+// as unset.
 const (
 	envAdmission  = "ENABLE_ADMISSION_WEBHOOK" // --admission
 	envConversion = "ENABLE_CONVERSION"        // --conversion
@@ -51,6 +52,12 @@ type serveOptions struct {
 	logFormat      string
 	logLevel       string
 	heapFloor      string
+
+	// admissionSet and conversionSet are the settings as the user gave them, such as
+	// "--conversion=false" or "ENABLE_CONVERSION=false", for errors that name them;
+	// empty when the default applies.
+	admissionSet  string
+	conversionSet string
 }
 
 // newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
@@ -78,11 +85,15 @@ morph generates a CA and a certificate for the --addr host and every --dns-name,
 writes ca.crt, tls.crt and tls.key (0600) there, and logs the path of ca.crt, the
 caBundle of the webhook configurations (see morph generate webhooks).
 
-Environment (Katalog deployments; a flag given on the command line wins):
-  ENABLE_ADMISSION_WEBHOOK  --admission   serve /mutate and /validate (default true)
+Environment (Katalog deployments; a flag given on the command line wins, and an
+empty variable counts as unset):
+  ENABLE_ADMISSION_WEBHOOK  --admission   serve /mutate and /validate (default: as --conversion)
   ENABLE_CONVERSION         --conversion  serve /convert (default true)
-  TLS_CERT, TLS_KEY         --tls-cert, --tls-key
-As in Katalog deployments, admission requires conversion.
+  TLS_CERT, TLS_KEY         --tls-cert, --tls-key (ignored when --cert-dir is given)
+As in Katalog deployments, admission requires conversion. Unless --admission or
+ENABLE_ADMISSION_WEBHOOK sets it, admission follows conversion: ENABLE_CONVERSION=false
+alone turns both off, reported as nothing to serve. Only admission set to true with
+conversion off is Katalog's "ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION".
 
 Garbage collection: the heap may grow to --gc-heap-floor (64Mi) before the collector
 runs, instead of Go's 4 MiB, which at 1,000 requests a second would collect about 25
@@ -108,7 +119,12 @@ SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 			return o.run(ctx, newLoader, stderr)
 		},
 	}
-	f := cmd.Flags()
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addFlags registers the flags of "morph serve" in f, bound to o.
+func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.policies, "policies", "p", "", "folder (or file) of policies to serve, polled for changes")
 	f.StringSliceVar(&o.contexts, "context", nil, "objects that exist in the cluster: Namespaces, CRDs, params (repeatable)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8443", "address to listen on")
@@ -116,7 +132,7 @@ SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serving certificate file (env "+envTLSCert+")")
 	f.StringVar(&o.tlsKey, "tls-key", "", "serving key file (env "+envTLSKey+")")
 	f.StringSliceVar(&o.dnsNames, "dns-name", nil, "extra DNS name of a generated certificate, e.g. morph.morph-system.svc (repeatable)")
-	f.BoolVar(&o.admission, "admission", true, "serve /mutate and /validate (env "+envAdmission+")")
+	f.BoolVar(&o.admission, "admission", true, "serve /mutate and /validate (env "+envAdmission+"; when unset, as --conversion)")
 	f.BoolVar(&o.conversion, "conversion", true, "serve /convert (env "+envConversion+")")
 	f.BoolVar(&o.http2, "http2", false, "enable HTTP/2 (off by default: CVE-2023-44487)")
 	f.StringVar(&o.maxBody, "max-body", "7Mi", "largest request body accepted (bytes, or a quantity such as 7Mi)")
@@ -126,24 +142,37 @@ SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
 	f.StringVar(&o.heapFloor, "gc-heap-floor", resource.NewQuantity(heapfloor.DefaultSize, resource.BinarySI).String(), "heap size below which the garbage collector does not run (a quantity; 0 leaves Go's pacing alone; GOMEMLIMIT still caps it)")
-	return cmd
 }
 
 // fromEnvironment fills the options the command line left unset from the environment.
+// An empty variable counts as unset. Admission, when neither --admission nor
+// ENABLE_ADMISSION_WEBHOOK sets it, follows conversion, which it requires. With
+// --cert-dir on the command line, TLS_CERT and TLS_KEY are not applied: the flag wins.
 func (o *serveOptions) fromEnvironment(flags *pflag.FlagSet, lookup func(string) (string, bool)) error {
 	for _, b := range []struct {
 		env, flag string
 		dst       *bool
-	}{{envAdmission, "admission", &o.admission}, {envConversion, "conversion", &o.conversion}} {
-		v, ok := lookup(b.env)
-		if !ok || flags.Changed(b.flag) {
+		set       *string
+	}{{envAdmission, "admission", &o.admission, &o.admissionSet}, {envConversion, "conversion", &o.conversion, &o.conversionSet}} {
+		if flags.Changed(b.flag) {
+			*b.set = fmt.Sprintf("--%s=%t", b.flag, *b.dst)
+			continue
+		}
+		v, _ := lookup(b.env)
+		if strings.TrimSpace(v) == "" {
 			continue
 		}
 		parsed, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
 			return usagef("%s=%q is not a boolean — set %s=true or %s=false", b.env, v, b.env, b.env)
 		}
-		*b.dst = parsed
+		*b.dst, *b.set = parsed, fmt.Sprintf("%s=%t", b.env, parsed)
+	}
+	if o.admissionSet == "" {
+		o.admission = o.conversion
+	}
+	if flags.Changed("cert-dir") && o.certDir != "" {
+		return nil
 	}
 	for _, s := range []struct {
 		env, flag string
@@ -162,16 +191,22 @@ func (o *serveOptions) check() error {
 	switch {
 	case o.policies == "":
 		return usagef("--policies is required: give the folder of policies to serve")
+	case !o.admission && !o.conversion && o.admissionSet == "":
+		return usagef("nothing to serve: %s turns off /convert, and with it /mutate and /validate, as admission requires conversion — %s",
+			o.conversionSetting(), o.conversionFix())
 	case !o.admission && !o.conversion:
-		return usagef("nothing to serve: %s and %s are both false — set one of them to true", envAdmission, envConversion)
+		return usagef("nothing to serve: %s and %s turn off every webhook — %s (admission requires conversion)",
+			o.admissionSet, o.conversionSetting(), o.conversionFix())
 	case o.admission && !o.conversion:
-		return usagef("%s requires %s — set %s=true", envAdmission, envConversion, envConversion)
+		// Only when admission was set: unset, it follows conversion (fromEnvironment).
+		return usagef("%s requires %s — %s", envAdmission, envConversion, o.conversionFix())
+	case o.certDir != "" && (o.tlsCert != "" || o.tlsKey != ""):
+		// TLS_CERT and TLS_KEY are not applied with --cert-dir: these are flags.
+		return usagef("--cert-dir excludes --tls-cert and --tls-key — give --cert-dir DIR, or --tls-cert FILE and --tls-key FILE")
 	case o.tlsCert != "" && o.tlsKey == "":
 		return usagef("%s requires %s — set %s (or --tls-key) to the key of %s", envTLSCert, envTLSKey, envTLSKey, envTLSCert)
 	case o.tlsKey != "" && o.tlsCert == "":
 		return usagef("%s requires %s — set %s (or --tls-cert) to the certificate of %s", envTLSKey, envTLSCert, envTLSCert, envTLSKey)
-	case o.tlsCert != "" && o.certDir != "":
-		return usagef("--cert-dir and %s (--tls-cert) exclude each other — give one", envTLSCert)
 	case o.tlsCert == "" && o.certDir == "":
 		return usagef("%s is required — set %s and %s (--tls-cert, --tls-key), or give --cert-dir DIR to use or generate a certificate there", envTLSCert, envTLSCert, envTLSKey)
 	case o.shutdownGrace <= 0:
@@ -180,6 +215,24 @@ func (o *serveOptions) check() error {
 		return usagef("--reload-interval must be positive")
 	}
 	return nil
+}
+
+// conversionSetting names the setting that turned conversion off.
+func (o *serveOptions) conversionSetting() string {
+	if o.conversionSet == "" {
+		return "--conversion=false"
+	}
+	return o.conversionSet
+}
+
+// conversionFix says how to turn conversion on where it was turned off: Katalog's
+// "set ENABLE_CONVERSION=true", unless the command line turned it off, which wins
+// over the environment.
+func (o *serveOptions) conversionFix() string {
+	if strings.HasPrefix(o.conversionSetting(), "--") {
+		return "give --conversion=true instead of " + o.conversionSetting()
+	}
+	return "set " + envConversion + "=true"
 }
 
 func (o *serveOptions) maxBodyBytes() (int64, error) {
@@ -265,7 +318,7 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 		return err
 	}
 	err = server.ListenAndServe(ctx, o.addr, webhook.ServeOptions{
-		TLS:            certs.TLSConfig(),
+		TLS:            server.TLSConfig(certs),
 		HTTP2:          o.http2,
 		ReloadInterval: o.reloadInterval,
 		ShutdownGrace:  o.shutdownGrace,

@@ -7,17 +7,20 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
@@ -137,18 +140,37 @@ func TestServeStartupErrors(t *testing.T) {
 	}{
 		{"admission without conversion (environment)", map[string]string{envAdmission: "true", envConversion: "false"}, []string{"--cert-dir", dir},
 			"ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION — set ENABLE_CONVERSION=true"},
-		{"admission without conversion (flags)", nil, []string{"--conversion=false", "--cert-dir", dir},
-			"ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION — set ENABLE_CONVERSION=true"},
+		{"admission without conversion (flags)", nil, []string{"--admission", "--conversion=false", "--cert-dir", dir},
+			"ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION — give --conversion=true instead of --conversion=false"},
+		{"admission from the environment, conversion off by flag", map[string]string{envAdmission: "true"}, []string{"--conversion=false", "--cert-dir", dir},
+			"ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION — give --conversion=true instead of --conversion=false"},
+		{"conversion off alone (environment)", map[string]string{envConversion: "false"}, []string{"--cert-dir", dir},
+			"nothing to serve: ENABLE_CONVERSION=false turns off /convert, and with it /mutate and /validate, as admission requires conversion — set ENABLE_CONVERSION=true"},
+		{"conversion off alone (flags)", nil, []string{"--conversion=false", "--cert-dir", dir},
+			"nothing to serve: --conversion=false turns off /convert, and with it /mutate and /validate, as admission requires conversion — give --conversion=true instead of --conversion=false"},
+		{"conversion off and an empty admission variable", map[string]string{envAdmission: "", envConversion: "false"}, []string{"--cert-dir", dir},
+			"nothing to serve: ENABLE_CONVERSION=false turns off /convert"},
 		{"nothing to serve", map[string]string{envAdmission: "false", envConversion: "false"}, []string{"--cert-dir", dir},
-			"nothing to serve"},
+			"nothing to serve: ENABLE_ADMISSION_WEBHOOK=false and ENABLE_CONVERSION=false turn off every webhook — set ENABLE_CONVERSION=true"},
 		{"a bad boolean", map[string]string{envConversion: "sure"}, []string{"--cert-dir", dir},
 			`ENABLE_CONVERSION="sure" is not a boolean`},
+		{"empty ENABLE_ variables count as unset", map[string]string{envAdmission: "", envConversion: ""}, nil,
+			"TLS_CERT is required"},
+		{"a bad boolean under a flag is not read", map[string]string{envConversion: "sure"}, []string{"--conversion=true"},
+			"TLS_CERT is required"},
 		{"TLS_CERT without TLS_KEY", map[string]string{envTLSCert: "/x/tls.crt"}, nil,
 			"TLS_CERT requires TLS_KEY"},
 		{"no certificate at all", nil, nil,
 			"TLS_CERT is required — set TLS_CERT and TLS_KEY (--tls-cert, --tls-key), or give --cert-dir DIR"},
-		{"a certificate and a folder", map[string]string{envTLSCert: "/x/tls.crt", envTLSKey: "/x/tls.key"}, []string{"--cert-dir", dir},
-			"--cert-dir and TLS_CERT (--tls-cert) exclude each other"},
+		{"a certificate and a folder", nil, []string{"--cert-dir", dir, "--tls-cert", "/x/tls.crt", "--tls-key", "/x/tls.key"},
+			"--cert-dir excludes --tls-cert and --tls-key — give --cert-dir DIR, or --tls-cert FILE and --tls-key FILE"},
+		{"a key and a folder", nil, []string{"--cert-dir", dir, "--tls-key", "/x/tls.key"},
+			"--cert-dir excludes --tls-cert and --tls-key"},
+		// Past check(): --cert-dir wins over TLS_CERT and TLS_KEY, the body limit is next.
+		{"TLS_CERT and TLS_KEY under a folder", map[string]string{envTLSCert: "/x/tls.crt", envTLSKey: "/x/tls.key"}, []string{"--cert-dir", dir, "--max-body", "lots"},
+			`--max-body "lots"`},
+		{"TLS_CERT alone under a folder", map[string]string{envTLSCert: "/x/tls.crt"}, []string{"--cert-dir", dir, "--max-body", "lots"},
+			`--max-body "lots"`},
 		{"no policies", nil, []string{"--policies=", "--cert-dir", dir}, "--policies is required"},
 		{"a bad body limit", nil, []string{"--cert-dir", dir, "--max-body", "lots"}, `--max-body "lots"`},
 		{"a bad log format", nil, []string{"--cert-dir", dir, "--log-format", "xml"}, `--log-format "xml"`},
@@ -174,6 +196,93 @@ func TestServeStartupErrors(t *testing.T) {
 			}
 			if exitCode(err) != exitUsage {
 				t.Errorf("exit code %d, want %d", exitCode(err), exitUsage)
+			}
+			admissionGiven := tt.env[envAdmission] != "" || slices.ContainsFunc(tt.args, func(a string) bool { return strings.HasPrefix(a, "--admission") })
+			if !admissionGiven && (strings.Contains(err.Error(), envAdmission) || strings.Contains(err.Error(), "--admission")) {
+				t.Errorf("error %q names the admission setting, which the user did not give", err)
+			}
+		})
+	}
+}
+
+// TestServeSettings checks how flags and environment variables combine: a flag on the
+// command line wins, an empty variable counts as unset, admission follows conversion
+// unless set, and --cert-dir hides TLS_CERT and TLS_KEY.
+func TestServeSettings(t *testing.T) {
+	const specError = "ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION — set ENABLE_CONVERSION=true" // spec 000, error reference
+	tests := []struct {
+		name                       string
+		env                        map[string]string
+		args                       []string
+		wantAdmission, wantConv    bool
+		wantCert, wantKey, wantErr string
+	}{
+		{name: "defaults", args: []string{"--cert-dir", "d"}, wantAdmission: true, wantConv: true},
+		{name: "admission off serves conversion", env: map[string]string{envAdmission: "false"}, args: []string{"--cert-dir", "d"},
+			wantConv: true},
+		{name: "conversion off alone turns admission off", env: map[string]string{envConversion: "false"}, args: []string{"--cert-dir", "d"},
+			wantErr: "nothing to serve: ENABLE_CONVERSION=false turns off /convert, and with it /mutate and /validate, as admission requires conversion — set ENABLE_CONVERSION=true"},
+		{name: "admission set with conversion off (environment)", env: map[string]string{envAdmission: "true", envConversion: "false"}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantErr: specError},
+		{name: "admission set with conversion off (1, environment)", env: map[string]string{envAdmission: "1", envConversion: "0"}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantErr: specError},
+		{name: "admission flag with conversion off (environment)", env: map[string]string{envConversion: "false"}, args: []string{"--admission", "--cert-dir", "d"},
+			wantAdmission: true, wantErr: specError},
+		{name: "admission set with conversion off (flags)", args: []string{"--admission=true", "--conversion=false", "--cert-dir", "d"},
+			wantAdmission: true, wantErr: "ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION — give --conversion=true instead of --conversion=false"},
+		{name: "both off", args: []string{"--admission=false", "--cert-dir", "d"}, env: map[string]string{envConversion: "false"},
+			wantErr: "nothing to serve: --admission=false and ENABLE_CONVERSION=false turn off every webhook — set ENABLE_CONVERSION=true (admission requires conversion)"},
+		{name: "a flag wins over the environment", env: map[string]string{envAdmission: "false", envConversion: "false"}, args: []string{"--admission", "--conversion", "--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "a flag wins over a bad value", env: map[string]string{envConversion: "sure"}, args: []string{"--conversion=true", "--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "a bad value", env: map[string]string{envAdmission: "yes please"}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantConv: true, wantErr: `ENABLE_ADMISSION_WEBHOOK="yes please" is not a boolean — set ENABLE_ADMISSION_WEBHOOK=true or ENABLE_ADMISSION_WEBHOOK=false`},
+		{name: "empty variables are unset", env: map[string]string{envAdmission: "", envConversion: ""}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "blank variables are unset", env: map[string]string{envAdmission: " ", envConversion: "\t"}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "an empty admission variable follows conversion", env: map[string]string{envAdmission: "", envConversion: "false"}, args: []string{"--cert-dir", "d"},
+			wantErr: "nothing to serve: ENABLE_CONVERSION=false turns off /convert, and with it /mutate and /validate, as admission requires conversion — set ENABLE_CONVERSION=true"},
+		{name: "certificate from the environment", env: map[string]string{envTLSCert: "/env/tls.crt", envTLSKey: "/env/tls.key"},
+			wantAdmission: true, wantConv: true, wantCert: "/env/tls.crt", wantKey: "/env/tls.key"},
+		{name: "certificate flags win over the environment", env: map[string]string{envTLSCert: "/env/tls.crt", envTLSKey: "/env/tls.key"}, args: []string{"--tls-cert", "/flag/tls.crt", "--tls-key", "/flag/tls.key"},
+			wantAdmission: true, wantConv: true, wantCert: "/flag/tls.crt", wantKey: "/flag/tls.key"},
+		{name: "--cert-dir wins over TLS_CERT and TLS_KEY", env: map[string]string{envTLSCert: "/env/tls.crt", envTLSKey: "/env/tls.key"}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "--cert-dir wins over TLS_CERT alone", env: map[string]string{envTLSCert: "/env/tls.crt"}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "an empty --cert-dir leaves TLS_CERT and TLS_KEY", env: map[string]string{envTLSCert: "/env/tls.crt", envTLSKey: "/env/tls.key"}, args: []string{"--cert-dir="},
+			wantAdmission: true, wantConv: true, wantCert: "/env/tls.crt", wantKey: "/env/tls.key"},
+		{name: "an empty TLS_CERT is unset", env: map[string]string{envTLSCert: "", envTLSKey: ""}, args: []string{"--cert-dir", "d"},
+			wantAdmission: true, wantConv: true},
+		{name: "--cert-dir and --tls-cert", args: []string{"--cert-dir", "d", "--tls-cert", "/flag/tls.crt", "--tls-key", "/flag/tls.key"},
+			wantAdmission: true, wantConv: true, wantCert: "/flag/tls.crt", wantKey: "/flag/tls.key",
+			wantErr: "--cert-dir excludes --tls-cert and --tls-key — give --cert-dir DIR, or --tls-cert FILE and --tls-key FILE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &serveOptions{}
+			flags := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+			o.addFlags(flags)
+			if err := flags.Parse(append([]string{"--policies", "p"}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := o.fromEnvironment(flags, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+			if err == nil {
+				err = o.check()
+			}
+			if got := fmt.Sprint(err); (tt.wantErr == "" && err != nil) || (tt.wantErr != "" && got != tt.wantErr) {
+				t.Errorf("error = %v, want %q", err, tt.wantErr)
+			}
+			if err != nil && exitCode(err) != exitUsage {
+				t.Errorf("exit code %d, want %d", exitCode(err), exitUsage)
+			}
+			if o.admission != tt.wantAdmission || o.conversion != tt.wantConv {
+				t.Errorf("admission, conversion = %t, %t, want %t, %t", o.admission, o.conversion, tt.wantAdmission, tt.wantConv)
+			}
+			if o.tlsCert != tt.wantCert || o.tlsKey != tt.wantKey {
+				t.Errorf("tls-cert, tls-key = %q, %q, want %q, %q", o.tlsCert, o.tlsKey, tt.wantCert, tt.wantKey)
 			}
 		})
 	}
