@@ -292,7 +292,7 @@ func (o *applyOptions) evaluate(ctx context.Context, rt *runtime, req *engine.Re
 	if o.mode == "reconcile" {
 		// At reconcile time validation runs first, except for policies that ask for
 		// mutation first; those validate the mutated object below.
-		vs, warnings := rt.validators.Validate(ctx, req, req.Object)
+		vs, warnings, _ := rt.validators.Validate(ctx, req, req.Object) // failures are among the warnings printed
 		for _, v := range vs {
 			if !rt.mutateFirst[v.ID] {
 				before = append(before, v)
@@ -308,7 +308,7 @@ func (o *applyOptions) evaluate(ctx context.Context, rt *runtime, req *engine.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	after, warnings := rt.validators.Validate(ctx, req, res.Object)
+	after, warnings, _ := rt.validators.Validate(ctx, req, res.Object)
 	res.Warnings = append(res.Warnings, warnings...)
 	if o.mode == "reconcile" {
 		kept := before

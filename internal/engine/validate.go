@@ -40,20 +40,23 @@ func NewValidators(vs []Validator) *Validators {
 func (v *Validators) Len() int { return len(v.all) }
 
 // Validate runs every validator whose targets name the request's kind and operation on
-// obj. A validator's own error is reported as a warning and never denies the object.
-func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]any) (violations []Violation, warnings []string) {
+// obj, in ID order. A validator's own error never denies the object: its checks are
+// skipped, and it is returned in failures (the validator's ID and error, for the caller
+// to log and count) and worded in warnings (texts for the user, one per failure).
+func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]any) (violations []Violation, warnings []string, failures []Failure) {
 	for _, val := range v.all {
 		if !targetsMatch(val.Targets(), req.Kind, req.Operation) {
 			continue
 		}
 		vs, err := val.Validate(ctx, req, obj)
 		if err != nil {
+			failures = append(failures, Failure{ID: val.ID(), Err: err})
 			warnings = append(warnings, fmt.Sprintf("%s: validation skipped: %v", val.ID(), err))
 			continue
 		}
 		violations = append(violations, vs...)
 	}
-	return violations, warnings
+	return violations, warnings, failures
 }
 
 func targetsMatch(ts []Target, gvk schema.GroupVersionKind, op Operation) bool {

@@ -249,16 +249,16 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	}
 	s.metrics.passes.Observe(float64(res.Passes))
 	for _, f := range res.Failures {
-		s.metrics.errors.WithLabelValues(f.ID.String()).Inc()
 		msg := "policy skipped"
 		if d, ok := rt.describers[f.ID]; ok {
 			msg = d.DescribeFailure(req.Kind.Kind, req.Name, f.Err)
 		}
-		s.log.Warn(msg, append(c.attrs(), "policy", f.ID.String(), "error", f.Err)...)
+		s.policyFailed(msg, f, c)
 	}
 	resp.Warnings = append(resp.Warnings, res.Warnings...)
 	if rt.validators.Len() > 0 {
-		violations, warnings := rt.validators.Validate(ctx, req, res.Object)
+		violations, warnings, failures := rt.validators.Validate(ctx, req, res.Object)
+		s.validatorsFailed(failures, c)
 		resp.Warnings = append(resp.Warnings, warnings...)
 		for _, v := range violations {
 			if !v.Deny {
@@ -284,6 +284,22 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	}
 	resp.AuditAnnotations = map[string]string{AuditAnnotationMutatedBy: strings.Join(names, ", ")}
 	return ok(admissionAnswer(resp), outcomePatched)
+}
+
+// policyFailed logs, at warn level with the request's attributes, and counts in
+// morph_policy_errors_total a policy whose error the request survived: a FailIgnore
+// mutator whose changes were dropped, or a validator whose checks were skipped.
+func (s *Server) policyFailed(msg string, f engine.Failure, c *call) {
+	s.metrics.errors.WithLabelValues(f.ID.String()).Inc()
+	s.log.Warn(msg, append(c.attrs(), "policy", f.ID.String(), "error", f.Err)...)
+}
+
+// validatorsFailed reports the validators whose errors skipped their checks (see
+// policyFailed); the answer's warnings already name them.
+func (s *Server) validatorsFailed(failures []engine.Failure, c *call) {
+	for _, f := range failures {
+		s.policyFailed("validation skipped", f, c)
+	}
 }
 
 // mutationFailed answers a request the engine could not finish (see the package
@@ -332,7 +348,8 @@ func (s *Server) validate(ctx context.Context, body []byte, c *call) reply {
 	if obj == nil || rt.validators.Len() == 0 {
 		return ok(admissionAnswer(resp), outcomeAllowed)
 	}
-	violations, warnings := rt.validators.Validate(ctx, req, obj)
+	violations, warnings, failures := rt.validators.Validate(ctx, req, obj)
+	s.validatorsFailed(failures, c)
 	resp.Warnings = warnings
 	var denials []string
 	for _, v := range violations {

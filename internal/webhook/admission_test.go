@@ -339,3 +339,59 @@ func TestMutateReportsValidatorErrors(t *testing.T) {
 		t.Fatalf("want the validator's error as a warning: %+v", resp)
 	}
 }
+
+// TestValidatorErrorsAreLoggedAndCounted: a validator that fails, on /mutate's result as
+// on /validate, is logged at warn level with the request's attributes and counted in
+// morph_policy_errors_total, and stays a warning in the answer.
+func TestValidatorErrorsAreLoggedAndCounted(t *testing.T) {
+	for _, path := range []string{"/mutate", "/validate"} {
+		t.Run(path, func(t *testing.T) {
+			var logs bytes.Buffer
+			s, err := New(Options{
+				Source: bundleSource(&policy.Bundle{Validators: []engine.Validator{
+					&labelValidator{name: "broken", err: errors.New("no schema")},
+					&labelValidator{name: "no-debug", key: "debug"},
+				}}),
+				Admission: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			resp := admissionResponse(t, s.Handler(), path, admissionBody(t, "uid-v", pod(map[string]any{"debug": "1"})))
+			wantWarnings := []string{"Rule/broken: validation skipped: no schema", "Rule/no-debug: metadata.labels.debug: label debug is not allowed"}
+			if !resp.Allowed || !slices.Equal(resp.Warnings, wantWarnings) {
+				t.Errorf("allowed %v warnings %q, want allowed with %q", resp.Allowed, resp.Warnings, wantWarnings)
+			}
+			var warned []map[string]any
+			for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+				var line map[string]any
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatalf("log line %q: %v", l, err)
+				}
+				if line["level"] == "WARN" {
+					warned = append(warned, line)
+				}
+			}
+			want := map[string]any{"msg": "validation skipped", "policy": "Rule/broken", "error": "no schema",
+				"uid": "uid-v", "kind": "/v1, Kind=Pod", "operation": "CREATE", "namespace": "apps", "name": "web"}
+			if len(warned) != 1 {
+				t.Fatalf("%d warn lines, want 1:\n%s", len(warned), logs.String())
+			}
+			for k, v := range want {
+				if warned[0][k] != v {
+					t.Errorf("warn line %s = %v, want %v", k, warned[0][k], v)
+				}
+			}
+			metrics := get(t, s.Handler(), "/metrics")
+			if want := `morph_policy_errors_total{policy="Rule/broken"} 1`; !strings.Contains(metrics, want) {
+				t.Errorf("metrics lack %q", want)
+			}
+			if strings.Contains(metrics, `policy="Rule/no-debug"`) {
+				t.Error("a validator that did not fail is counted as an error")
+			}
+		})
+	}
+}

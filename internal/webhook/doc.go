@@ -13,7 +13,8 @@
 //     audit annotation "mutated-by" (the API server prefixes it with the webhook name,
 //     giving "<webhook>/mutated-by: Assign/foo, ModifySet/bar").
 //   - POST /validate: AdmissionReview. Deny violations refuse the object with code 403 and
-//     the rules' messages; warn violations and validators' own errors are warnings.
+//     the rules' messages; warn violations and validators' own errors are warnings (a
+//     validator's error is also logged and counted, as a FailIgnore policy's is).
 //   - POST /convert: ConversionReview apiextensions.k8s.io/v1. Each object is converted, in
 //     request order, to desiredAPIVersion by the converter of its group and kind. An object
 //     already at desiredAPIVersion is returned unchanged. Any error fails the whole review
@@ -37,6 +38,8 @@
 // A FailClose policy's error and an object that does not converge refuse the request:
 // allowed false with code 500 (reason InternalError) and the engine's message, which
 // names the policy. A FailIgnore policy's error drops its changes and adds a warning.
+// Both policy errors are logged with the request's uid and counted, by policy, in
+// morph_policy_errors_total.
 //
 // Every request stops its work at 90% of the API server's ?timeout= (10 s when absent),
 // so that the answer arrives before the API server gives up. When that deadline passes,

@@ -142,7 +142,7 @@ func TestGoldenMutate(t *testing.T) {
 					name string
 					obj  map[string]any
 				}{{"input", input}, {"result", res.Object}} {
-					vs, warns := vals.Validate(context.Background(), requestFor(o.obj, engine.Create), o.obj)
+					vs, warns, _ := vals.Validate(context.Background(), requestFor(o.obj, engine.Create), o.obj)
 					lines = append(lines, o.name+":")
 					for _, v := range vs {
 						lines = append(lines, "  "+v.ID.String()+" "+v.Field+": "+v.Message+" deny="+boolText(v.Deny))
