@@ -269,7 +269,8 @@ type Finalizer interface {
 	Finalize(ctx context.Context, req *Request, obj map[string]any, trace []Change, w *Writer) (map[string]any, []string, error)
 }
 
-// Failure is a mutator that failed and whose changes were dropped.
+// Failure is a policy that failed on a request: a mutator whose changes were dropped, or
+// a validator whose rules were skipped (Validators.Validate).
 type Failure struct {
 	ID  ID
 	Err error

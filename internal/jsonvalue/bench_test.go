@@ -1,8 +1,9 @@
-package jsonvalue
+package jsonvalue_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/morph-dev/morph/internal/jsonvalue"
 	"os"
 	"testing"
 )
@@ -24,7 +25,7 @@ func BenchmarkDecodePod(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := (Options{Normalize: true}).DecodeObject(data); err != nil {
+		if _, err := (jsonvalue.Options{Normalize: true}).DecodeObject(data); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -60,7 +61,7 @@ func BenchmarkDecodePodCompact(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := (Options{Normalize: true}).DecodeObject(data); err != nil {
+		if _, err := (jsonvalue.Options{Normalize: true}).DecodeObject(data); err != nil {
 			b.Fatal(err)
 		}
 	}

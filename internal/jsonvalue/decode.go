@@ -31,9 +31,9 @@ import (
 	"unsafe"
 )
 
-// maxDepth is encoding/json's nesting limit: 10000 nested objects or arrays are fine,
+// MaxDepth is encoding/json's nesting limit: 10000 nested objects or arrays are fine,
 // one more is an error.
-const maxDepth = 10000
+const MaxDepth = 10000
 
 // stackSize is the initial capacity of the element stacks (see decoder.values): enough
 // for the open containers of a typical Kubernetes object.
@@ -226,11 +226,11 @@ func (d *decoder) literal(word string) error {
 	return nil
 }
 
-// enter counts one more level of nesting, refusing more than maxDepth.
+// enter counts one more level of nesting, refusing more than MaxDepth.
 func (d *decoder) enter() error {
 	d.depth++
-	if d.depth > maxDepth {
-		return &SyntaxError{Offset: d.pos, Msg: fmt.Sprintf("exceeded max depth of %d nested objects and arrays", maxDepth)}
+	if d.depth > MaxDepth {
+		return &SyntaxError{Offset: d.pos, Msg: fmt.Sprintf("exceeded max depth of %d nested objects and arrays", MaxDepth)}
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package jsonvalue
+package jsonvalue_test
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/morph-dev/morph/internal/jsonvalue"
 	"math"
 	"os"
 	"path/filepath"
@@ -85,19 +86,19 @@ func TestDecodeValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Decode([]byte(tt.in))
+			got, err := jsonvalue.Decode([]byte(tt.in))
 			if err != nil {
-				t.Fatalf("Decode(%q): %v", tt.in, err)
+				t.Fatalf("jsonvalue.Decode(%q): %v", tt.in, err)
 			}
 			if !identical(got, tt.want) {
-				t.Fatalf("Decode(%q) = %#v, want %#v", tt.in, got, tt.want)
+				t.Fatalf("jsonvalue.Decode(%q) = %#v, want %#v", tt.in, got, tt.want)
 			}
 			ref, err := reference([]byte(tt.in), false)
 			if err != nil {
 				t.Fatalf("encoding/json refuses %q: %v", tt.in, err)
 			}
 			if !identical(got, ref) {
-				t.Fatalf("Decode(%q) = %#v, encoding/json gives %#v", tt.in, got, ref)
+				t.Fatalf("jsonvalue.Decode(%q) = %#v, encoding/json gives %#v", tt.in, got, ref)
 			}
 		})
 	}
@@ -121,16 +122,16 @@ func TestDecodeNormalize(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := Options{Normalize: true}.Decode([]byte(tt.in))
+			got, err := jsonvalue.Options{Normalize: true}.Decode([]byte(tt.in))
 			if err != nil {
-				t.Fatalf("Decode(%q): %v", tt.in, err)
+				t.Fatalf("jsonvalue.Decode(%q): %v", tt.in, err)
 			}
 			if !identical(got, tt.want) {
-				t.Fatalf("Decode(%q) = %#v, want %#v", tt.in, got, tt.want)
+				t.Fatalf("jsonvalue.Decode(%q) = %#v, want %#v", tt.in, got, tt.want)
 			}
 			ref, err := reference([]byte(tt.in), true)
 			if err != nil || !identical(got, ref) {
-				t.Fatalf("Decode(%q) = %#v, the webhook's former decoding gives %#v, %v", tt.in, got, ref, err)
+				t.Fatalf("jsonvalue.Decode(%q) = %#v, the webhook's former decoding gives %#v, %v", tt.in, got, ref, err)
 			}
 		})
 	}
@@ -207,22 +208,22 @@ func TestDecodeErrors(t *testing.T) {
 		"\f1",
 		"\u00a01",
 		`// comment`,
-		strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
-		strings.Repeat(`{"a":`, maxDepth+1) + "1" + strings.Repeat("}", maxDepth+1),
+		strings.Repeat("[", jsonvalue.MaxDepth+1) + strings.Repeat("]", jsonvalue.MaxDepth+1),
+		strings.Repeat(`{"a":`, jsonvalue.MaxDepth+1) + "1" + strings.Repeat("}", jsonvalue.MaxDepth+1),
 	}
 	var golden strings.Builder
 	for _, in := range inputs {
-		_, err := Decode([]byte(in))
+		_, err := jsonvalue.Decode([]byte(in))
 		if err == nil {
-			t.Errorf("Decode(%.40q) accepted", in)
+			t.Errorf("jsonvalue.Decode(%.40q) accepted", in)
 			continue
 		}
-		var se *SyntaxError
+		var se *jsonvalue.SyntaxError
 		if !errors.As(err, &se) || se.Offset < 0 || se.Offset > len(in) {
-			t.Errorf("Decode(%.40q): %v is not a *SyntaxError with an offset in the input", in, err)
+			t.Errorf("jsonvalue.Decode(%.40q): %v is not a *jsonvalue.SyntaxError with an offset in the input", in, err)
 		}
 		if _, rerr := reference([]byte(in), false); rerr == nil {
-			t.Errorf("Decode(%.40q) refuses what encoding/json accepts: %v", in, err)
+			t.Errorf("jsonvalue.Decode(%.40q) refuses what encoding/json accepts: %v", in, err)
 		}
 		golden.WriteString(shorten(in) + "\n\t" + err.Error() + "\n")
 	}
@@ -240,16 +241,16 @@ func shorten(s string) string {
 func TestDepthLimit(t *testing.T) {
 	for _, open := range []string{"[", `{"k":`} {
 		closer := map[string]string{"[": "]", `{"k":`: "}"}[open]
-		at := strings.Repeat(open, maxDepth) + "0" + strings.Repeat(closer, maxDepth)
-		if _, err := Decode([]byte(at)); err != nil {
-			t.Errorf("%s nested %d deep: %v", open, maxDepth, err)
+		at := strings.Repeat(open, jsonvalue.MaxDepth) + "0" + strings.Repeat(closer, jsonvalue.MaxDepth)
+		if _, err := jsonvalue.Decode([]byte(at)); err != nil {
+			t.Errorf("%s nested %d deep: %v", open, jsonvalue.MaxDepth, err)
 		}
 		if _, err := reference([]byte(at), false); err != nil {
-			t.Errorf("encoding/json refuses %s nested %d deep: %v", open, maxDepth, err)
+			t.Errorf("encoding/json refuses %s nested %d deep: %v", open, jsonvalue.MaxDepth, err)
 		}
 		// Far deeper than the limit: an error, never a stack overflow.
 		deep := strings.Repeat(open, 1_000_000)
-		if _, err := Decode([]byte(deep)); err == nil || !strings.Contains(err.Error(), "exceeded max depth") {
+		if _, err := jsonvalue.Decode([]byte(deep)); err == nil || !strings.Contains(err.Error(), "exceeded max depth") {
 			t.Errorf("%s nested a million deep: %v", open, err)
 		}
 	}
@@ -273,15 +274,15 @@ func TestDecodeObject(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := DecodeObject([]byte(tt.in))
+			got, err := jsonvalue.DecodeObject([]byte(tt.in))
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("DecodeObject(%q) error %v, want %q", tt.in, err, tt.wantErr)
+					t.Fatalf("jsonvalue.DecodeObject(%q) error %v, want %q", tt.in, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || !identical(got, tt.want) || (got == nil) != (tt.want == nil) {
-				t.Fatalf("DecodeObject(%q) = %#v, %v; want %#v", tt.in, got, err, tt.want)
+				t.Fatalf("jsonvalue.DecodeObject(%q) = %#v, %v; want %#v", tt.in, got, err, tt.want)
 			}
 		})
 	}
@@ -290,7 +291,7 @@ func TestDecodeObject(t *testing.T) {
 // TestStringsDoNotAliasInput scribbles over the input after decoding it.
 func TestStringsDoNotAliasInput(t *testing.T) {
 	in := []byte(`{"key":"value","list":["a","b\n","é"],"n":12}`)
-	got, err := Decode(in)
+	got, err := jsonvalue.Decode(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestGoldenFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, normalize := range []bool{false, true} {
-				got, err := Options{Normalize: normalize}.Decode(data)
+				got, err := jsonvalue.Options{Normalize: normalize}.Decode(data)
 				if err != nil {
 					t.Fatal(err)
 				}

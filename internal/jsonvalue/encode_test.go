@@ -1,8 +1,9 @@
-package jsonvalue
+package jsonvalue_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/morph-dev/morph/internal/jsonvalue"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,7 +30,7 @@ func TestAppendMatchesMarshal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := Append([]byte("prefix"), tt.value)
+			got, err := jsonvalue.Append([]byte("prefix"), tt.value)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,8 +43,8 @@ func TestAppendMatchesMarshal(t *testing.T) {
 
 func TestAppendErrors(t *testing.T) {
 	for _, v := range []any{math.NaN(), []any{math.Inf(1)}, map[string]any{"f": func() {}}} {
-		if _, err := Append(nil, v); err == nil {
-			t.Errorf("Append(%#v): no error, json.Marshal fails", v)
+		if _, err := jsonvalue.Append(nil, v); err == nil {
+			t.Errorf("jsonvalue.Append(%#v): no error, json.Marshal fails", v)
 		}
 	}
 }
@@ -64,12 +65,12 @@ func FuzzAppendMatchesMarshal(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, normalize := range []bool{false, true} {
-			v, err := Options{Normalize: normalize}.Decode(data)
+			v, err := jsonvalue.Options{Normalize: normalize}.Decode(data)
 			if err != nil {
 				return
 			}
 			want, werr := json.Marshal(v)
-			got, gerr := Append(nil, v)
+			got, gerr := jsonvalue.Append(nil, v)
 			if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
 				t.Fatalf("%q:\nAppend       %s (%v)\njson.Marshal %s (%v)", data, got, gerr, want, werr)
 			}

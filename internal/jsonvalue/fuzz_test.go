@@ -1,6 +1,7 @@
-package jsonvalue
+package jsonvalue_test
 
 import (
+	"github.com/morph-dev/morph/internal/jsonvalue"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,7 +36,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 		for _, normalize := range []bool{false, true} {
 			want, werr := reference(data, normalize)
 			in := append([]byte(nil), data...)
-			got, gerr := Options{Normalize: normalize}.Decode(in)
+			got, gerr := jsonvalue.Options{Normalize: normalize}.Decode(in)
 			if (gerr == nil) != (werr == nil) {
 				t.Fatalf("normalize %v: %q: jsonvalue error %v, encoding/json error %v", normalize, data, gerr, werr)
 			}
@@ -48,20 +49,20 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 			if !identical(got, want) {
 				t.Fatalf("normalize %v: %q:\njsonvalue     %#v\nencoding/json %#v", normalize, data, got, want)
 			}
-			obj, oerr := Options{Normalize: normalize}.DecodeObject(data)
+			obj, oerr := jsonvalue.Options{Normalize: normalize}.DecodeObject(data)
 			m, isObject := got.(map[string]any)
 			switch {
 			case got == nil:
 				if obj != nil || oerr != nil {
-					t.Fatalf("DecodeObject(null) = %v, %v", obj, oerr)
+					t.Fatalf("jsonvalue.DecodeObject(null) = %v, %v", obj, oerr)
 				}
 			case isObject:
 				if oerr != nil || !identical(obj, m) {
-					t.Fatalf("DecodeObject(%q) = %v, %v; Decode gives %v", data, obj, oerr, m)
+					t.Fatalf("jsonvalue.DecodeObject(%q) = %v, %v; Decode gives %v", data, obj, oerr, m)
 				}
 			default:
 				if oerr == nil {
-					t.Fatalf("DecodeObject(%q) accepts %T", data, got)
+					t.Fatalf("jsonvalue.DecodeObject(%q) accepts %T", data, got)
 				}
 			}
 		}

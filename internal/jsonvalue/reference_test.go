@@ -1,4 +1,4 @@
-package jsonvalue
+package jsonvalue_test
 
 import (
 	"bytes"
