@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"time"
 )
 
@@ -155,6 +156,9 @@ func (s *Server) write(w http.ResponseWriter, rep reply) {
 		data, err := json.Marshal(rep.body)
 		if err == nil {
 			w.Header().Set("Content-Type", "application/json")
+			// A known length spares a patch's answer (often over net/http's 2 KiB
+			// buffer) the chunked encoding.
+			w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 			w.WriteHeader(http.StatusOK)
 			s.send(w, data)
 			return

@@ -319,3 +319,26 @@ func TestPanicIsLoggedWithUID(t *testing.T) {
 		t.Errorf("log line = %+v, want an error naming the uid and the panic", line)
 	}
 }
+
+// TestLargeAnswerIsNotChunked: an answer over net/http's 2 KiB buffer still goes out with
+// its Content-Length, in one piece, not in chunks.
+func TestLargeAnswerIsNotChunked(t *testing.T) {
+	s := newTestServer(t, &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "long", key: "long", value: strings.Repeat("x", 4000)}}})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/mutate", "application/json", bytes.NewReader(admissionBody(t, "big", pod(nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || len(body) < 4000 {
+		t.Fatalf("status %d, %d bytes: want a 200 with the long patch", resp.StatusCode, len(body))
+	}
+	if len(resp.TransferEncoding) > 0 || resp.ContentLength != int64(len(body)) {
+		t.Errorf("transfer encoding %v, Content-Length %d for %d bytes: want no chunking and the length", resp.TransferEncoding, resp.ContentLength, len(body))
+	}
+}
