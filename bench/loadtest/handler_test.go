@@ -53,7 +53,7 @@ func BenchmarkHandlers(b *testing.B) {
 }
 
 func TestReviewOfTheWorkloadIsPatchedAsExpected(t *testing.T) {
-	cfg, err := parseFlags([]string{"-workload", workload, "-rates", "50", "-duration", "1s", "-rounds", "2", "-warmup", "100ms"})
+	cfg, err := parseFlags([]string{"-workload", workload, "-rates", "50", "-duration", "1s", "-slice", "500ms", "-warmup", "100ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
