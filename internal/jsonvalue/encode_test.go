@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"github.com/morph-dev/morph/internal/jsonvalue"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -55,14 +53,7 @@ func FuzzAppendMatchesMarshal(f *testing.F) {
 	for _, s := range []string{`{"a":"<\u2028>","b":[1,2.5,-0,1e21,null,true]}`, "\"\xff\"", `{"z":{},"y":[]}`} {
 		f.Add([]byte(s))
 	}
-	for _, pattern := range []string{"testdata/*.json", "../../bench/testdata/gatekeeper-workload/*.json"} {
-		files, _ := filepath.Glob(pattern)
-		for _, file := range files {
-			if data, err := os.ReadFile(file); err == nil {
-				f.Add(data)
-			}
-		}
-	}
+	addFileSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, normalize := range []bool{false, true} {
 			v, err := jsonvalue.Options{Normalize: normalize}.Decode(data)

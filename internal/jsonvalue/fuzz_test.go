@@ -24,14 +24,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
-	for _, pattern := range []string{"testdata/*.json", "../../bench/testdata/gatekeeper-workload/*.json"} {
-		files, _ := filepath.Glob(pattern)
-		for _, file := range files {
-			if data, err := os.ReadFile(file); err == nil {
-				f.Add(data)
-			}
-		}
-	}
+	addFileSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, normalize := range []bool{false, true} {
 			want, werr := reference(data, normalize)
@@ -67,4 +60,17 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// addFileSeeds adds the JSON files of testdata and of the benchmark workload to a fuzz
+// target's corpus.
+func addFileSeeds(f *testing.F) {
+	for _, pattern := range []string{"testdata/*.json", "../../bench/testdata/gatekeeper-workload/*.json"} {
+		files, _ := filepath.Glob(pattern)
+		for _, file := range files {
+			if data, err := os.ReadFile(file); err == nil {
+				f.Add(data)
+			}
+		}
+	}
 }
