@@ -53,7 +53,11 @@
 //
 // A dry-run request is answered exactly like any other. engine.Request.DryRun is set, so
 // that policies keep no statistics and emit no events for it; the server itself records
-// only metrics.
+// only metrics. Calls a policy makes itself are reads morph does on every request
+// (Gatekeeper external data, CEL http.Get) or, for CEL http.Post, the policy author's
+// own: morph sends them on dry-run requests too, as Kyverno does, and they are off
+// unless --allow-http-host names the host. Allow only hosts whose POST endpoints have no
+// side effects, as the generated configurations declare sideEffects: None.
 //
 // # What dialects may add
 //
