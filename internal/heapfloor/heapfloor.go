@@ -26,7 +26,6 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -34,8 +33,11 @@ import (
 // Deployment's memory request is typically 128 MiB or more.
 const DefaultSize = 64 << 20
 
-// maxPercent bounds the GOGC the floor sets, for a floor far above a tiny live heap.
+// maxPercent bounds the GOGC the floor sets.
 const maxPercent = 1_000_000
+
+// minimumHeap is the runtime's minimum heap goal at GOGC=100, scaled by GOGC/100.
+const minimumHeap = 4 << 20
 
 // checkEvery is how often the collector's cycle count is read; the floor is set again
 // only after a collection.
@@ -101,21 +103,25 @@ func Keep(ctx context.Context, size uint64, log *slog.Logger) {
 }
 
 // Percent is the GOGC that puts the heap goal at floor bytes, given the live heap and the
-// roots the pacer counts, goroutine stacks and globals (the goal is live + (live + roots)
-// x GOGC / 100), and never below base. The stacks are the memory they hold, not the part
-// the last collection scanned: counting only that put the goal at 1.8 times the floor.
+// roots the pacer counts, goroutine stacks and globals, and never below base.
+//
+// The runtime's goal is the larger of live + (live + roots) x GOGC / 100 and a minimum
+// heap of 4 MiB x GOGC / 100 (runtime/debug.SetGCPercent scales both). So GOGC is the
+// smaller of the percent that puts the first at the floor and floor / 4 MiB x 100, which
+// puts the minimum at the floor: whichever term rules, the goal is the floor, never
+// several times it. The stacks are the memory they hold, not the part the last
+// collection scanned: counting only that put the goal at 1.8 times the floor.
 func Percent(floor, live, roots uint64, base int) int {
 	if live >= floor {
 		return base
 	}
-	p := min((floor-live)*100/max(live+roots, 1), maxPercent)
+	p := min((floor-live)*100/max(live+roots, 1), floor*100/minimumHeap, maxPercent)
 	return max(int(p), base)
 }
 
 // percentFromEnv reads GOGC as the runtime does: unset or unreadable is 100, "off" is
 // the collector turned off.
 func percentFromEnv(v string) (percent int, on bool) {
-	v = strings.TrimSpace(v)
 	if v == "off" {
 		return 0, false
 	}

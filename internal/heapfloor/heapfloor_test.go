@@ -15,12 +15,13 @@ func TestPercent(t *testing.T) {
 		floor, live, roots uint64
 		base, want         int
 	}{
-		{"small live heap: goal raised to the floor", 64 * mib, 4 * mib, 0, 100, 1500},
-		{"roots count in the goal", 64 * mib, 4 * mib, 4 * mib, 100, 750},
+		{"small live heap: the minimum heap is the floor", 64 * mib, 1 * mib, 0, 100, 1600},
+		{"the goal formula rules once live and roots pass 4 MiB", 64 * mib, 4 * mib, 4 * mib, 100, 750},
 		{"never below the process's GOGC", 64 * mib, 40 * mib, 0, 100, 100},
-		{"a higher GOGC wins", 64 * mib, 4 * mib, 0, 2000, 2000},
+		{"a higher GOGC wins", 64 * mib, 1 * mib, 0, 2000, 2000},
 		{"live heap over the floor", 64 * mib, 80 * mib, 0, 100, 100},
-		{"nothing live yet: bounded", 64 * mib, 0, 0, 100, maxPercent},
+		{"nothing live yet: the minimum heap is the floor", 64 * mib, 0, 0, 100, 1600},
+		{"a large floor", 1024 * mib, 2 * mib, 1 * mib, 100, 25600},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,7 +37,7 @@ func TestPercentFromEnv(t *testing.T) {
 		env  string
 		want int
 		on   bool
-	}{{"", 100, true}, {"50", 50, true}, {" 300 ", 300, true}, {"off", 0, false}, {"-1", 0, false}, {"junk", 100, true}}
+	}{{"", 100, true}, {"50", 50, true}, {" 300 ", 100, true}, {"off", 0, false}, {"-1", 0, false}, {"junk", 100, true}}
 	for _, tt := range tests {
 		if got, on := percentFromEnv(tt.env); got != tt.want || on != tt.on {
 			t.Errorf("percentFromEnv(%q) = %d, %v; want %d, %v", tt.env, got, on, tt.want, tt.on)
@@ -76,6 +77,9 @@ func TestKeepRaisesTheGoalAndRestores(t *testing.T) {
 	waitFor(t, "the heap goal to reach the floor", func() bool {
 		return readUint("/gc/heap/goal:bytes") >= floor*9/10 && readUint("/gc/gogc:percent") > 100
 	})
+	if goal := readUint("/gc/heap/goal:bytes"); goal > floor*11/10 {
+		t.Errorf("heap goal %d bytes with a floor of %d: the floor must not multiply the heap", goal, floor)
+	}
 
 	live := make([][]byte, 0, 40)
 	for range 40 {
