@@ -96,7 +96,7 @@ alone turns both off, reported as nothing to serve. Only admission set to true w
 conversion off is Katalog's "ENABLE_ADMISSION_WEBHOOK requires ENABLE_CONVERSION".
 
 Garbage collection: the heap may grow to --gc-heap-floor (64Mi) before the collector
-runs, instead of Go's 4 MiB, which at 1,000 requests a second would collect about 25
+runs, instead of Go's 4 MiB, which at 1,000 requests a second would collect about 30
 times a second and slow the requests each collection overlaps. Above the floor GOGC
 paces as usual; GOMEMLIMIT, when set, caps the heap before the floor does.
 

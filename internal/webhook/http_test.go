@@ -342,3 +342,19 @@ func TestLargeAnswerIsNotChunked(t *testing.T) {
 		t.Errorf("transfer encoding %v, Content-Length %d for %d bytes: want no chunking and the length", resp.TransferEncoding, resp.ContentLength, len(body))
 	}
 }
+
+// TestDeclaredLengthDoesNotReserveTheLimit: a Content-Length is a claim, not bytes; the
+// buffer reserved before the body arrives is bounded.
+func TestDeclaredLengthDoesNotReserveTheLimit(t *testing.T) {
+	s := newTestServer(t, &policy.Bundle{})
+	r := httptest.NewRequest(http.MethodPost, "/mutate", strings.NewReader("{}"))
+	r.ContentLength = 7 << 20
+	body, release, err := s.readBody(httptest.NewRecorder(), r, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if string(body) != "{}" || cap(body) > 2*maxPresize {
+		t.Errorf("body %q with capacity %d for a declared 7 MiB: want the 2 bytes in at most %d", body, cap(body), 2*maxPresize)
+	}
+}

@@ -197,7 +197,7 @@ func strList(field string, v any) ([]string, error) {
 		out := make([]string, len(x))
 		for i, e := range x {
 			s, ok := e.(string)
-			if !ok {
+			if !ok && e != nil { // null is "", as encoding/json has it
 				return nil, typeError(fmt.Sprintf("%s[%d]", field, i), "a string", e)
 			}
 			out[i] = s
