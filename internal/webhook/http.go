@@ -86,31 +86,33 @@ const maxPooledBody = 1 << 20
 // bytes arrive; a larger body grows the buffer as it is read.
 const maxPresize = 64 << 10
 
-// readBody reads a request body of at most limit bytes into a buffer of s.bodies;
-// release gives the buffer back. Nothing decoded from a body keeps a reference to it
+// readBody reads a request body of at most limit bytes into a buffer of s.bodies; give
+// it back with releaseBody. Nothing decoded from a body keeps a reference to it
 // (jsonvalue copies strings, RawExtension copies its bytes), so a buffer is reused as
 // soon as its request is answered.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (*bytes.Buffer, error) {
 	buf, _ := s.bodies.Get().(*bytes.Buffer)
 	if buf == nil {
 		buf = new(bytes.Buffer)
 	}
 	buf.Reset()
-	release = func() {
-		if buf.Cap() <= maxPooledBody {
-			s.bodies.Put(buf)
-		}
-	}
 	if r.ContentLength > 0 {
 		// Presized from the declared length, up to what typical reviews need: a client
 		// that declares --max-body and sends nothing must not make the server hold it.
 		buf.Grow(int(min(r.ContentLength, maxPresize)) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		release()
-		return nil, nil, err
+		s.releaseBody(buf)
+		return nil, err
 	}
-	return buf.Bytes(), release, nil
+	return buf, nil
+}
+
+// releaseBody gives a buffer of readBody back, unless it grew too large to keep.
+func (s *Server) releaseBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		s.bodies.Put(buf)
+	}
 }
 
 func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHandler, c *call) (rep reply) {
@@ -138,18 +140,18 @@ func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHa
 	if r.ContentLength > s.opts.MaxBody {
 		return tooLarge(s.opts.MaxBody)
 	}
-	body, release, err := s.readBody(w, r, s.opts.MaxBody)
+	buf, err := s.readBody(w, r, s.opts.MaxBody)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge(s.opts.MaxBody)
 		}
 		return badRequest("reading the request body: %v", err)
 	}
+	defer s.releaseBody(buf)
 	// Stop work early enough for the answer to reach the API server before it gives up.
-	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), timeout-timeout/10)
 	defer cancel()
-	return h(ctx, body, c)
+	return h(ctx, buf.Bytes(), c)
 }
 
 func tooLarge(limit int64) reply {

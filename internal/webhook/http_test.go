@@ -349,11 +349,12 @@ func TestDeclaredLengthDoesNotReserveTheLimit(t *testing.T) {
 	s := newTestServer(t, &policy.Bundle{})
 	r := httptest.NewRequest(http.MethodPost, "/mutate", strings.NewReader("{}"))
 	r.ContentLength = 7 << 20
-	body, release, err := s.readBody(httptest.NewRecorder(), r, 8<<20)
+	buf, err := s.readBody(httptest.NewRecorder(), r, 8<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer release()
+	defer s.releaseBody(buf)
+	body := buf.Bytes()
 	if string(body) != "{}" || cap(body) > 2*maxPresize {
 		t.Errorf("body %q with capacity %d for a declared 7 MiB: want the 2 bytes in at most %d", body, cap(body), 2*maxPresize)
 	}

@@ -100,37 +100,29 @@ func requestFromJSON(m map[string]any) (*admissionv1.AdmissionRequest, error) {
 }
 
 func gvk(m map[string]any, field string) (metav1.GroupVersionKind, bool, error) {
-	var k metav1.GroupVersionKind
-	o, err := object("request."+field, m[field])
-	if err != nil || o == nil {
-		return k, false, err
-	}
-	prefix := "request." + field + "."
-	if k.Group, err = str(o, prefix, "group"); err != nil {
-		return k, false, err
-	}
-	if k.Version, err = str(o, prefix, "version"); err != nil {
-		return k, false, err
-	}
-	k.Kind, err = str(o, prefix, "kind")
-	return k, true, err
+	v, ok, err := groupVersionAnd(m, field, "kind")
+	return metav1.GroupVersionKind{Group: v[0], Version: v[1], Kind: v[2]}, ok, err
 }
 
 func gvr(m map[string]any, field string) (metav1.GroupVersionResource, bool, error) {
-	var r metav1.GroupVersionResource
+	v, ok, err := groupVersionAnd(m, field, "resource")
+	return metav1.GroupVersionResource{Group: v[0], Version: v[1], Resource: v[2]}, ok, err
+}
+
+// groupVersionAnd reads request.<field>'s group, version and last (kind or resource);
+// ok is false when the field is absent or null.
+func groupVersionAnd(m map[string]any, field, last string) (v [3]string, ok bool, err error) {
 	o, err := object("request."+field, m[field])
 	if err != nil || o == nil {
-		return r, false, err
+		return v, false, err
 	}
 	prefix := "request." + field + "."
-	if r.Group, err = str(o, prefix, "group"); err != nil {
-		return r, false, err
+	for i, name := range [3]string{"group", "version", last} {
+		if v[i], err = str(o, prefix, name); err != nil {
+			return v, false, err
+		}
 	}
-	if r.Version, err = str(o, prefix, "version"); err != nil {
-		return r, false, err
-	}
-	r.Resource, err = str(o, prefix, "resource")
-	return r, true, err
+	return v, true, nil
 }
 
 func userInfo(m map[string]any) (authenticationv1.UserInfo, error) {
