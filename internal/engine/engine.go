@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -100,6 +101,53 @@ type Request struct {
 	UserInfo        UserInfo
 	Source          Source
 	DryRun          bool
+	// Background marks the mutation of an object that already exists, outside admission
+	// (the background controller, morph apply --existing): only policies whose
+	// Descriptor.Existing is set apply, matched by their own rules for existing objects.
+	Background bool
+	// WriteBudget bounds the bytes the policies may write into the object in this
+	// request (see Writer.Charge); 0 is DefaultWriteBudget.
+	WriteBudget int64
+}
+
+// DefaultWriteBudget is the write budget of a Request that sets none: far above any
+// object the API server stores (etcd's limit is 1.5 MiB), far below what hurts a server.
+const DefaultWriteBudget = 64 << 20
+
+// NoteKind says what a Note reports.
+type NoteKind string
+
+// The kinds of notes a policy reports for one request.
+const (
+	// NoteEvent is an event to emit on the object (Reason and Message), such as
+	// Katalog's "defaults applied: ..." (spec 000).
+	NoteEvent NoteKind = "Event"
+	// NoteExemption says an exception exempted the object (Message names it).
+	NoteExemption NoteKind = "Exemption"
+	// NoteSkipped says a part of the policy was skipped for this object (Message says why).
+	NoteSkipped NoteKind = "Skipped"
+	// NoteRewrite shows expressions the dialect rewrote for this object (autogen).
+	NoteRewrite NoteKind = "Rewrite"
+	// NoteNondeterministic says the evaluation used a nondeterministic function
+	// (random, time.now), so the same input may give another result.
+	NoteNondeterministic NoteKind = "Nondeterministic"
+)
+
+// Note is a fact a policy reports for one request, beyond the changes it made. Policies
+// report notes through Writer.Note; the engine sets ID and gathers them in
+// Result.Notes; surfaces print them (--explain), emit them (events) or count them.
+type Note struct {
+	ID      ID
+	Kind    NoteKind
+	Reason  string
+	Message string
+}
+
+func (n Note) String() string {
+	if n.Reason != "" {
+		return fmt.Sprintf("%s: %s %s: %s", n.ID, n.Kind, n.Reason, n.Message)
+	}
+	return fmt.Sprintf("%s: %s: %s", n.ID, n.Kind, n.Message)
 }
 
 // Reinvocation says whether a mutator runs again when the object changed after it ran.
@@ -240,33 +288,88 @@ func (t Target) matches(gvk schema.GroupVersionKind, op Operation) bool {
 
 func (t Target) exact() bool { return t.Group != "*" && t.Version != "*" && t.Kind != "*" }
 
-// Mutator is one compiled policy (or one part of one), ready to run.
-type Mutator interface {
-	ID() ID
-	// Targets lists what the mutator may change; the Set indexes them so that a request
-	// no target names costs almost nothing.
-	Targets() []Target
-	Reinvocation() Reinvocation
-	FailurePolicy() FailurePolicy
-	// Matches decides, for a request that one of the targets names, whether the mutator
-	// applies to the current object. It runs in every pass, since mutations can change
-	// what matches (labels, for example).
-	Matches(ctx context.Context, req *Request, obj map[string]any) (bool, error)
-	// Mutate returns the changed object. It must not modify obj or anything reachable
-	// from it except through w, and must record every path it changed with w.Changed;
-	// when it records nothing, the engine keeps obj. On error it may leave containers it
-	// owns half-written: the engine then discards the whole run (see Writer).
-	Mutate(ctx context.Context, req *Request, obj map[string]any, w *Writer) (map[string]any, error)
+// Descriptor is everything a surface may know about a compiled policy: what it is
+// called, what it targets, how the engine runs it and what the surfaces around it do
+// with it. A dialect fills it in when it compiles a policy; the engine, the CLI, the
+// webhook server and the cluster controller read it and nothing else.
+type Descriptor struct {
+	// ID names the policy (or one part of one) and places it in the total order.
+	ID ID
+	// Targets lists what the policy may change (or check, or convert); the Set indexes
+	// them so that a request no target names costs almost nothing.
+	Targets []Target
+	// Resources are the resources (plural names) the targets name, for webhook rules.
+	// Empty: the surface guesses them from the target kinds.
+	Resources []schema.GroupVersionResource
+	// Reinvocation says whether the policy runs again when the object changed after it ran.
+	Reinvocation Reinvocation
+	// FailurePolicy says what the policy's error does to the request. For a validator,
+	// it is what the API server does when the validating webhook cannot be reached.
+	FailurePolicy FailurePolicy
+	// Timeout bounds each call of the policy (0: only the request's deadline), and is
+	// the webhook configuration's timeoutSeconds. TimeoutField names the policy field
+	// that set it, for messages ("webhookConfiguration.timeoutSeconds").
+	Timeout      time.Duration
+	TimeoutField string
+	// AdmissionOff keeps the policy out of admission (and out of the webhook
+	// configurations): a Kyverno policy with evaluation.admission.enabled false, a
+	// Katalog entry with webhooks.mutation false.
+	AdmissionOff bool
+	// Existing marks a policy that mutates objects that already exist, outside
+	// admission (Kyverno evaluation.mutateExisting): surfaces run it on Requests with
+	// Background set.
+	Existing bool
+	// MutateFirst asks, when objects are reconciled, that the policy's validation runs
+	// after mutation instead of before (Katalog mutateFirst).
+	MutateFirst bool
+	// Reads lists the kinds of objects the policy reads besides the request (params,
+	// Namespaces for a namespaceSelector), so a cluster surface watches only those.
+	Reads []schema.GroupVersionKind
+	// Stats, when set, are statistics the policy keeps, served by the webhook server.
+	Stats *Stats
+	// DescribeFailure, when set, words the log line of the policy's failure at admission
+	// (Katalog, spec 000). Otherwise the surface words it.
+	DescribeFailure func(kind, name string, err error) string
 }
 
-// Finalizer runs once after the object converged, for work that must see the whole
+// Stats are the statistics of a policy, by entry: the webhook server serves
+// Entries()[entry] as JSON under /<Route>/<entry> (Katalog, spec 003: /katalog/<entry>).
+// Entries must be safe to call concurrently with requests and return values
+// encoding/json can marshal.
+type Stats struct {
+	Route   string
+	Entries func() map[string]any
+}
+
+// MutateFunc changes one object. It decides whether the policy applies to the request
+// and the current object (a policy that does not apply returns obj and records nothing;
+// it runs in every pass, since mutations can change what matches). It returns the changed
+// object. It must not modify obj or anything reachable from it except through w, and
+// must record every path it changed with w.Changed; when it records nothing, the engine
+// keeps obj. On error it may leave containers it owns half-written: the engine then
+// discards the whole run (see Writer). ctx carries the request's deadline and the
+// policy's Timeout: a long evaluation must watch it.
+type MutateFunc func(ctx context.Context, req *Request, obj map[string]any, w *Writer) (map[string]any, error)
+
+// Mutator is one compiled policy (or one part of one), ready to run: its descriptor and
+// its one mutate function.
+type Mutator struct {
+	Descriptor
+	Mutate MutateFunc
+}
+
+// FinalizeFunc runs once after the object converged, for work that must see the whole
 // result: Gatekeeper's external data placeholders, resolved in one batch per provider,
 // and its mutation annotations, which name the mutators in trace. It returns the
-// (possibly changed) object and warnings; an error fails the request, so a finalizer
-// applies its own failure policy and returns an error only when the request must fail.
-type Finalizer interface {
-	Name() string
-	Finalize(ctx context.Context, req *Request, obj map[string]any, trace []Change, w *Writer) (map[string]any, []string, error)
+// (possibly changed) object; warnings go through w. An error fails the request, so a
+// finalizer applies its own failure policy and returns an error only when the request
+// must fail.
+type FinalizeFunc func(ctx context.Context, req *Request, obj map[string]any, trace []Change, w *Writer) (map[string]any, error)
+
+// Finalizer is a named FinalizeFunc.
+type Finalizer struct {
+	Name     string
+	Finalize FinalizeFunc
 }
 
 // Failure is a policy that failed on a request: a mutator whose changes were dropped, or
@@ -296,8 +399,11 @@ type Result struct {
 	Trace []Change
 	// Failures lists the mutators whose errors were ignored, in order.
 	Failures []Failure
-	// Warnings are texts for the user: one per failure, and any a finalizer returned.
+	// Warnings are texts for the user: one per failure, and any a mutator or finalizer
+	// gave (Writer.Warn).
 	Warnings []string
+	// Notes are the facts the policies reported (Writer.Note), once each, in order.
+	Notes []Note
 }
 
 // Changed reports whether the object changed.

@@ -89,9 +89,40 @@ func newPod() map[string]any {
 	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"}, "spec": map[string]any{"a": "x"}}
 }
 
-func mustSet(t *testing.T, ms ...Mutator) *Set {
+// testMutator is the method set of the test mutators; asMutator makes it a Mutator.
+type testMutator interface {
+	ID() ID
+	Targets() []Target
+	Reinvocation() Reinvocation
+	FailurePolicy() FailurePolicy
+	Matches(context.Context, *Request, map[string]any) (bool, error)
+	Mutate(context.Context, *Request, map[string]any, *Writer) (map[string]any, error)
+}
+
+func asMutator(m testMutator) Mutator {
+	return Mutator{
+		Descriptor: Descriptor{ID: m.ID(), Targets: m.Targets(), Reinvocation: m.Reinvocation(), FailurePolicy: m.FailurePolicy()},
+		Mutate: func(ctx context.Context, req *Request, obj map[string]any, w *Writer) (map[string]any, error) {
+			ok, err := m.Matches(ctx, req, obj)
+			if err != nil || !ok {
+				return obj, err
+			}
+			return m.Mutate(ctx, req, obj, w)
+		},
+	}
+}
+
+func asMutators(ms ...testMutator) []Mutator {
+	out := make([]Mutator, len(ms))
+	for i, m := range ms {
+		out[i] = asMutator(m)
+	}
+	return out
+}
+
+func mustSet(t *testing.T, ms ...testMutator) *Set {
 	t.Helper()
-	s, err := NewSet(ms)
+	s, err := NewSet(asMutators(ms...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +159,7 @@ func TestOrderIsTotalAndDocumented(t *testing.T) {
 		{Dialect: "gatekeeper", Kind: "AssignImage", Name: "a"},
 		{Dialect: "gatekeeper", Kind: "AssignMetadata", Name: "a"},
 	}
-	var ms []Mutator
+	var ms []testMutator
 	for _, id := range ids {
 		ms = append(ms, &setField{id: id, targets: podTarget(), key: id.Name, value: "v"})
 	}
@@ -144,7 +175,7 @@ func TestOrderIsTotalAndDocumented(t *testing.T) {
 }
 
 func TestDuplicateIDsRejected(t *testing.T) {
-	if _, err := NewSet([]Mutator{mut("a"), mut("a")}); err == nil || !strings.Contains(err.Error(), "Set/a") {
+	if _, err := NewSet(asMutators(mut("a"), mut("a"))); err == nil || !strings.Contains(err.Error(), "Set/a") {
 		t.Fatalf("want duplicate error naming Set/a, got %v", err)
 	}
 }
@@ -349,15 +380,16 @@ func TestDeterministicPatch(t *testing.T) {
 type recordingFinalizer struct{}
 
 func (recordingFinalizer) Name() string { return "finalizer" }
-func (recordingFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, []string, error) {
+func (recordingFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, error) {
 	root := w.Map(obj)
 	root["done"] = true
 	w.Changed("/done")
-	return root, []string{"finalized"}, nil
+	w.Warn("finalized")
+	return root, nil
 }
 
 func TestFinalizerRunsAfterConvergence(t *testing.T) {
-	s, err := NewSet([]Mutator{mut("a")}, recordingFinalizer{})
+	s, err := NewSet(asMutators(mut("a")), Finalizer{Name: "finalizer", Finalize: recordingFinalizer{}.Finalize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,13 +465,14 @@ func TestReinvokeOnce(t *testing.T) {
 type warningFinalizer struct{}
 
 func (warningFinalizer) Name() string { return "warner" }
-func (warningFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, []string, error) {
+func (warningFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, error) {
 	w.Warn("provider slow")
-	return obj, []string{"returned"}, nil
+	w.Warn("returned")
+	return obj, nil
 }
 
 func TestFinalizerWarningsThroughTheWriter(t *testing.T) {
-	s, err := NewSet([]Mutator{mut("a")}, warningFinalizer{})
+	s, err := NewSet(asMutators(mut("a")), Finalizer{Name: "warner", Finalize: warningFinalizer{}.Finalize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +480,7 @@ func TestFinalizerWarningsThroughTheWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(res.Warnings, []string{"returned", "provider slow"}) {
+	if !reflect.DeepEqual(res.Warnings, []string{"provider slow", "returned"}) {
 		t.Fatalf("warnings %q", res.Warnings)
 	}
 }

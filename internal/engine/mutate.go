@@ -11,7 +11,7 @@ import (
 // did not converge, or ctx ended.
 func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 	res := &Result{Object: req.Object}
-	cands := s.candidates(req.Kind, req.Operation)
+	cands := applicable(s.candidates(req.Kind, req.Operation), req.Background)
 	if len(cands) > 0 {
 		if err := s.converge(ctx, req, cands, res); err != nil {
 			return nil, err
@@ -33,11 +33,12 @@ func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 // (from any pass) survive and no other mutator saw them.
 func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res *Result) error {
 	var skip []bool
-	w := &Writer{}
+	w := &Writer{budget: req.WriteBudget}
 	// changedBy are the indices in cands of the mutators that changed the current pass.
 	var changedBy []int
 	// warnings are the mutators' own (Writer.Warn) of the current run; a restart
-	// forgets them with the run. Failure warnings come from res.Failures.
+	// forgets them with the run, as it forgets res.Notes. Failure warnings come from
+	// res.Failures.
 	var warnings []string
 	defer func() {
 		for _, f := range res.Failures {
@@ -49,9 +50,10 @@ restart:
 	w.reset()
 	obj := req.Object
 	res.Trace = res.Trace[:0]
+	res.Notes = res.Notes[:0]
 	warnings = warnings[:0]
 	maxPasses := len(cands) + 1
-	if slices.ContainsFunc(cands, func(c *compiled) bool { return c.reinvoke == ReinvokeOnce }) {
+	if slices.ContainsFunc(cands, func(c *compiled) bool { return c.Reinvocation == ReinvokeOnce }) {
 		// A mutator's second (and last) run may change the object in the last pass the
 		// bound allows; one more pass lets the others react to it.
 		maxPasses++
@@ -65,22 +67,24 @@ restart:
 		}
 		changedBy = changedBy[:0]
 		for i, c := range cands {
-			if !runs(c.reinvoke, pass) || (skip != nil && skip[i]) {
+			if !runs(c.Reinvocation, pass) || (skip != nil && skip[i]) {
 				continue
 			}
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("mutation stopped in pass %d before %s: %w", pass, c.id, err)
+			if err := Stopped(ctx); err != nil {
+				return fmt.Errorf("mutation stopped in pass %d before %s: %w", pass, c.ID, err)
 			}
-			next, err := s.invoke(ctx, req, c, obj, w)
+			next, err := invoke(ctx, req, c.Mutator, obj, w)
 			if err != nil {
-				if c.failure == FailClose {
-					return &MutatorError{ID: c.id, Err: err}
+				if c.FailurePolicy == FailClose || isRequestDeadline(ctx) {
+					// Past the request's own deadline nothing may run any more, whatever
+					// the policy's failure policy: the request fails.
+					return &MutatorError{ID: c.ID, Err: err}
 				}
 				if skip == nil {
 					skip = make([]bool, len(cands))
 				}
 				skip[i] = true
-				res.Failures = append(res.Failures, Failure{ID: c.id, Err: err})
+				res.Failures = append(res.Failures, Failure{ID: c.ID, Err: err})
 				goto restart
 			}
 			for _, text := range w.warnings {
@@ -88,9 +92,10 @@ restart:
 					warnings = append(warnings, text)
 				}
 			}
+			res.Notes = addNotes(res.Notes, c.ID, w.notes)
 			if w.HasChanges() {
 				obj = next
-				res.Trace = append(res.Trace, Change{ID: c.id, Pass: pass, Paths: slices.Clone(w.paths)})
+				res.Trace = append(res.Trace, Change{ID: c.ID, Pass: pass, Paths: slices.Clone(w.paths)})
 				changedBy = append(changedBy, i)
 			}
 		}
@@ -102,7 +107,7 @@ restart:
 		if pass == maxPasses {
 			ids := make([]ID, len(changedBy))
 			for j, i := range changedBy {
-				ids[j] = cands[i].id
+				ids[j] = cands[i].ID
 			}
 			return &NotConvergedError{Passes: pass, Mutators: ids}
 		}
@@ -123,41 +128,107 @@ func runs(r Reinvocation, pass int) bool {
 }
 
 func anyRuns(cands []*compiled, pass int) bool {
-	return slices.ContainsFunc(cands, func(c *compiled) bool { return runs(c.reinvoke, pass) })
+	return slices.ContainsFunc(cands, func(c *compiled) bool { return runs(c.Reinvocation, pass) })
 }
 
-// invoke runs one mutator, turning a panic into an error so that one broken policy never
-// takes the request down.
-func (s *Set) invoke(ctx context.Context, req *Request, c *compiled, obj map[string]any, w *Writer) (next map[string]any, err error) {
+// applicable keeps the candidates that run on this kind of request: on a background
+// request the policies that mutate existing objects, at admission the others that are
+// not turned off at admission. It allocates only when it drops one.
+func applicable(cands []*compiled, background bool) []*compiled {
+	keep := func(c *compiled) bool {
+		if background {
+			return c.Existing
+		}
+		return !c.AdmissionOff
+	}
+	for i, c := range cands {
+		if keep(c) {
+			continue
+		}
+		out := slices.Clone(cands[:i])
+		for _, c := range cands[i+1:] {
+			if keep(c) {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	return cands
+}
+
+// addNotes adds a call's notes, with the policy's ID, once each.
+func addNotes(notes []Note, id ID, add []Note) []Note {
+	for _, n := range add {
+		n.ID = id
+		if !slices.Contains(notes, n) {
+			notes = append(notes, n)
+		}
+	}
+	return notes
+}
+
+// isRequestDeadline reports whether ctx ended (the request's deadline or its
+// cancellation), as opposed to one policy's own timeout.
+func isRequestDeadline(ctx context.Context) bool { return ctx.Err() != nil }
+
+// invoke runs one call of a policy under its budgets: the policy's Timeout and the
+// request's deadline (one timer, only when the policy's is nearer), and the run's write
+// budget. A panic is an error, so that one broken policy never takes the request down;
+// a result that arrives after the deadline is an error, never used.
+func invoke(ctx context.Context, req *Request, m Mutator, obj map[string]any, w *Writer) (next map[string]any, err error) {
+	ctx, done := callContext(ctx, m.Descriptor)
+	defer done()
 	defer func() {
 		if r := recover(); r != nil {
 			next, err = nil, fmt.Errorf("panic: %v", r)
 		}
 	}()
 	w.startInvocation()
-	ok, err := c.m.Matches(ctx, req, obj)
+	next, err = m.Mutate(ctx, req, obj, w)
+	if lateErr := late(ctx); lateErr != nil {
+		return nil, lateErr
+	}
 	if err != nil {
-		return nil, fmt.Errorf("match: %w", err)
+		return nil, err
 	}
-	if !ok {
-		return obj, nil
+	if err := w.overBudget(); err != nil {
+		return nil, err
 	}
-	return c.m.Mutate(ctx, req, obj, w)
+	return next, nil
 }
 
 func (s *Set) finalize(ctx context.Context, req *Request, res *Result) error {
-	w := &Writer{}
+	w := &Writer{budget: req.WriteBudget}
 	for _, f := range s.finalizers {
 		w.reset()
-		next, warnings, err := f.Finalize(ctx, req, res.Object, res.Trace, w)
-		res.Warnings = append(append(res.Warnings, warnings...), w.warnings...)
+		next, err := finalizeOne(ctx, req, f, res, w)
+		res.Warnings = append(res.Warnings, w.warnings...)
+		res.Notes = addNotes(res.Notes, ID{Kind: f.Name}, w.notes)
 		if err != nil {
-			return fmt.Errorf("%s: %w", f.Name(), err)
+			return fmt.Errorf("%s: %w", f.Name, err)
 		}
 		if w.HasChanges() {
 			res.Object = next
-			res.Trace = append(res.Trace, Change{ID: ID{Kind: f.Name()}, Pass: res.Passes + 1, Paths: append([]string(nil), w.paths...)})
+			res.Trace = append(res.Trace, Change{ID: ID{Kind: f.Name}, Pass: res.Passes + 1, Paths: append([]string(nil), w.paths...)})
 		}
 	}
 	return nil
+}
+
+// finalizeOne runs one finalizer, turning a panic into an error (which fails the
+// request, as a finalizer's error does) and checking the deadline and the write budget.
+func finalizeOne(ctx context.Context, req *Request, f Finalizer, res *Result, w *Writer) (next map[string]any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			next, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	next, err = f.Finalize(ctx, req, res.Object, res.Trace, w)
+	if lateErr := late(ctx); lateErr != nil {
+		return nil, lateErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return next, w.overBudget()
 }

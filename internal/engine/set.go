@@ -11,12 +11,8 @@ import (
 
 // compiled is a mutator with its place in the total order and its cached properties.
 type compiled struct {
-	m        Mutator
-	id       ID
-	rank     int
-	targets  []Target
-	reinvoke Reinvocation
-	failure  FailurePolicy
+	Mutator
+	rank int
 }
 
 type indexKey struct {
@@ -41,20 +37,26 @@ const maxCachedKeys = 4096
 
 // NewSet orders and indexes mutators. Two mutators with the same ID are an error.
 func NewSet(mutators []Mutator, finalizers ...Finalizer) (*Set, error) {
-	s := &Set{exact: make(map[schema.GroupVersionKind][]*compiled), finalizers: finalizers}
-	for _, m := range mutators {
-		s.all = append(s.all, &compiled{
-			m: m, id: m.ID(), targets: m.Targets(), reinvoke: m.Reinvocation(), failure: m.FailurePolicy(),
-		})
+	for _, f := range finalizers {
+		if f.Finalize == nil {
+			return nil, fmt.Errorf("finalizer %q has no finalize function", f.Name)
+		}
 	}
-	slices.SortStableFunc(s.all, func(a, b *compiled) int { return a.id.Compare(b.id) })
+	s := &Set{exact: make(map[schema.GroupVersionKind][]*compiled), finalizers: finalizers}
+	for i, m := range mutators {
+		if m.Mutate == nil {
+			return nil, fmt.Errorf("policy %s (mutator %d) has no mutate function", m.ID, i)
+		}
+		s.all = append(s.all, &compiled{Mutator: m})
+	}
+	slices.SortStableFunc(s.all, func(a, b *compiled) int { return a.ID.Compare(b.ID) })
 	for i, c := range s.all {
 		c.rank = i
-		if i > 0 && s.all[i-1].id == c.id {
-			return nil, fmt.Errorf("two policies are both named %s: names must be unique", c.id)
+		if i > 0 && s.all[i-1].ID == c.ID {
+			return nil, fmt.Errorf("two policies are both named %s: names must be unique", c.ID)
 		}
 		wild := false
-		for _, t := range c.targets {
+		for _, t := range c.Targets {
 			if !t.exact() {
 				wild = true
 				continue
@@ -78,7 +80,7 @@ func (s *Set) Len() int { return len(s.all) }
 func (s *Set) Mutators() []Mutator {
 	out := make([]Mutator, len(s.all))
 	for i, c := range s.all {
-		out[i] = c.m
+		out[i] = c.Mutator
 	}
 	return out
 }
@@ -91,7 +93,7 @@ func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled 
 	}
 	var out []*compiled
 	add := func(c *compiled) {
-		for _, t := range c.targets {
+		for _, t := range c.Targets {
 			if t.matches(gvk, op) {
 				out = append(out, c)
 				return
@@ -127,7 +129,7 @@ func (s *Set) Candidates(gvk schema.GroupVersionKind, op Operation) []ID {
 	cs := s.candidates(gvk, op)
 	ids := make([]ID, len(cs))
 	for i, c := range cs {
-		ids[i] = c.id
+		ids[i] = c.ID
 	}
 	return ids
 }

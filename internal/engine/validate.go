@@ -17,11 +17,15 @@ type Violation struct {
 	Deny bool
 }
 
-// Validator checks objects (Katalog validation rules).
-type Validator interface {
-	ID() ID
-	Targets() []Target
-	Validate(ctx context.Context, req *Request, obj map[string]any) ([]Violation, error)
+// ValidateFunc checks an object. Its error means the checks could not run, never that
+// the object is bad: that is a Violation.
+type ValidateFunc func(ctx context.Context, req *Request, obj map[string]any) ([]Violation, error)
+
+// Validator is one compiled set of validation rules (Katalog validation): its
+// descriptor and its one validate function.
+type Validator struct {
+	Descriptor
+	Validate ValidateFunc
 }
 
 // Validators is an ordered collection of validators.
@@ -32,7 +36,7 @@ type Validators struct {
 // NewValidators orders validators by ID.
 func NewValidators(vs []Validator) *Validators {
 	all := slices.Clone(vs)
-	slices.SortStableFunc(all, func(a, b Validator) int { return a.ID().Compare(b.ID()) })
+	slices.SortStableFunc(all, func(a, b Validator) int { return a.ID.Compare(b.ID) })
 	return &Validators{all: all}
 }
 
@@ -45,13 +49,13 @@ func (v *Validators) Len() int { return len(v.all) }
 // to log and count) and worded in warnings (texts for the user, one per failure).
 func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]any) (violations []Violation, warnings []string, failures []Failure) {
 	for _, val := range v.all {
-		if !targetsMatch(val.Targets(), req.Kind, req.Operation) {
+		if !targetsMatch(val.Targets, req.Kind, req.Operation) {
 			continue
 		}
-		vs, err := val.Validate(ctx, req, obj)
+		vs, err := callValidate(ctx, req, val, obj)
 		if err != nil {
-			failures = append(failures, Failure{ID: val.ID(), Err: err})
-			warnings = append(warnings, fmt.Sprintf("%s: validation skipped: %v", val.ID(), err))
+			failures = append(failures, Failure{ID: val.ID, Err: err})
+			warnings = append(warnings, fmt.Sprintf("%s: validation skipped: %v", val.ID, err))
 			continue
 		}
 		violations = append(violations, vs...)
@@ -68,11 +72,32 @@ func targetsMatch(ts []Target, gvk schema.GroupVersionKind, op Operation) bool {
 	return false
 }
 
+// callValidate runs one validator under its timeout and the request's deadline, turning
+// a panic into an error.
+func callValidate(ctx context.Context, req *Request, val Validator, obj map[string]any) (vs []Violation, err error) {
+	ctx, done := callContext(ctx, val.Descriptor)
+	defer done()
+	defer func() {
+		if r := recover(); r != nil {
+			vs, err = nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	vs, err = val.Validate(ctx, req, obj)
+	if lateErr := late(ctx); lateErr != nil {
+		return nil, lateErr
+	}
+	return vs, err
+}
+
+// ConvertFunc returns obj at toAPIVersion ("group/version"). obj is not modified.
+type ConvertFunc func(ctx context.Context, obj map[string]any, toAPIVersion string) (map[string]any, error)
+
 // Converter converts objects of one group and kind between the versions it knows (CRD
-// conversion, Katalog conversion paths).
-type Converter interface {
-	ID() ID
-	GroupKind() schema.GroupKind
-	// Convert returns obj at toAPIVersion ("group/version"). obj is not modified.
-	Convert(ctx context.Context, obj map[string]any, toAPIVersion string) (map[string]any, error)
+// conversion, Katalog conversion paths): its descriptor, the group and kind, and its one
+// convert function. Use Converter.Run, which applies the budgets and the checks every
+// surface needs.
+type Converter struct {
+	Descriptor
+	GroupKind schema.GroupKind
+	Convert   ConvertFunc
 }

@@ -24,12 +24,12 @@ func (v *ruleValidator) Validate(context.Context, *Request, map[string]any) ([]V
 	return []Violation{{ID: v.id, Message: "violates " + v.id.Name, Deny: v.deny}}, nil
 }
 
-func rule(name string, opts ...func(*ruleValidator)) *ruleValidator {
+func rule(name string, opts ...func(*ruleValidator)) Validator {
 	v := &ruleValidator{id: ID{Dialect: "test", Kind: "Rule", Name: name}, targets: podTarget()}
 	for _, o := range opts {
 		o(v)
 	}
-	return v
+	return Validator{Descriptor: Descriptor{ID: v.id, Targets: v.targets}, Validate: v.Validate}
 }
 
 func TestValidatorsReportFailures(t *testing.T) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"maps"
 	"unsafe"
 )
@@ -13,11 +14,66 @@ import (
 // container one mutator copied is written in place by the next. That is safe because the
 // original object is never owned, and a run in which a mutator fails starts again from
 // the original with a fresh Writer. The changed paths are per invocation.
+//
+// Every write is charged to the Writer's byte budget: copies made by Map, List and
+// NewMap are charged by the engine itself, and a mutator charges the values it creates
+// (strings, rendered templates) with Charge. A run that spends more than the budget
+// fails (see BudgetError), so that no policy can make one request hold unbounded memory.
 type Writer struct {
 	owned    []unsafe.Pointer
 	ownedSet map[unsafe.Pointer]struct{} // replaces the slice scan once many are owned
 	paths    []string
 	warnings []string
+	notes    []Note
+	// budget is the run's byte budget (0: DefaultWriteBudget); spent what the run wrote.
+	budget, spent int64
+}
+
+// BudgetError is the error of a policy that wrote more than the request's write budget.
+type BudgetError struct {
+	Budget int64
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("wrote more than the request's budget of %d bytes", e.Budget)
+}
+
+// The bytes charged for each copied or created container entry: a map entry (key
+// header, value interface, bucket overhead) and a list element (an interface).
+const (
+	mapEntryBytes  = 48
+	listEntryBytes = 16
+)
+
+// Charge adds n bytes to what the run wrote and returns a *BudgetError once the
+// budget is spent. A mutator charges the values it creates; the engine also checks the
+// budget after every call, so a mutator that ignores the error still fails.
+func (w *Writer) Charge(n int) error {
+	if n > 0 {
+		w.spent += int64(n)
+	}
+	if w.spent > w.limit() {
+		return &BudgetError{Budget: w.limit()}
+	}
+	return nil
+}
+
+// Remaining is how many bytes the run may still write (0 when the budget is spent).
+func (w *Writer) Remaining() int64 { return max(w.limit()-w.spent, 0) }
+
+func (w *Writer) limit() int64 {
+	if w.budget > 0 {
+		return w.budget
+	}
+	return DefaultWriteBudget
+}
+
+// overBudget reports the budget error of a run that spent too much, or nil.
+func (w *Writer) overBudget() error {
+	if w.spent > w.limit() {
+		return &BudgetError{Budget: w.limit()}
+	}
+	return nil
 }
 
 // ownedScanLimit is how many owned containers are scanned linearly before a map is used.
@@ -33,17 +89,25 @@ func (w *Writer) reset() {
 	w.ownedSet = nil
 	w.paths = w.paths[:0]
 	w.warnings = w.warnings[:0]
+	w.notes = w.notes[:0]
+	w.spent = 0
 }
 
 // startInvocation clears the changed paths for the next mutator; ownership stays.
 func (w *Writer) startInvocation() {
 	w.paths = w.paths[:0]
 	w.warnings = w.warnings[:0]
+	w.notes = w.notes[:0]
 }
 
 // Warn records a warning for the user (a part of a policy that failed and was ignored,
 // for example). The engine adds it to Result.Warnings once, however many passes repeat it.
 func (w *Writer) Warn(text string) { w.warnings = append(w.warnings, text) }
+
+// Note records a fact about this request (an event to emit, an exemption, a skipped
+// rule, rewritten expressions). The engine sets the note's ID to the policy's and adds
+// it to Result.Notes once, however many passes repeat it.
+func (w *Writer) Note(n Note) { w.notes = append(w.notes, n) }
 
 func mapID(m map[string]any) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&m)) }
 
@@ -86,6 +150,7 @@ func (w *Writer) Map(m map[string]any) map[string]any {
 		c = make(map[string]any, 4)
 	} else {
 		c = maps.Clone(m)
+		w.spent += int64(len(m)) * mapEntryBytes
 	}
 	w.own(mapID(c))
 	return c
@@ -94,6 +159,7 @@ func (w *Writer) Map(m map[string]any) map[string]any {
 // NewMap returns an empty owned map.
 func (w *Writer) NewMap(size int) map[string]any {
 	c := make(map[string]any, size)
+	w.spent += int64(size) * mapEntryBytes
 	w.own(mapID(c))
 	return c
 }
@@ -106,6 +172,7 @@ func (w *Writer) List(l []any, extra int) []any {
 	}
 	c := make([]any, len(l), len(l)+extra)
 	copy(c, l)
+	w.spent += int64(len(l)+extra) * listEntryBytes
 	if cap(c) > 0 {
 		w.own(listID(c))
 	}
