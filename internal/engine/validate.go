@@ -99,5 +99,11 @@ type ConvertFunc func(ctx context.Context, obj map[string]any, toAPIVersion stri
 type Converter struct {
 	Descriptor
 	GroupKind schema.GroupKind
+	// CRD names the CustomResourceDefinition whose conversion webhook this converter
+	// serves ("<plural>.<group>"), when known.
+	CRD string
+	// UpdateCRD asks a cluster surface to keep that CRD's conversion webhook caBundle
+	// current (Katalog updateCRD, spec 003).
+	UpdateCRD bool
 	Convert   ConvertFunc
 }

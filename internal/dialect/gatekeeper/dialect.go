@@ -13,6 +13,7 @@
 package gatekeeper
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -127,21 +128,33 @@ func (d *Dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 	for _, m := range ms {
 		if !bad[m] {
 			kept = append(kept, m)
-			b.Mutators = append(b.Mutators, m)
+			b.Mutators = append(b.Mutators, m.compiled())
 		}
 	}
 	usesExternal := slices.ContainsFunc(kept, func(m *mutator) bool { return m.external != nil })
 	if usesExternal {
-		b.Finalizers = append(b.Finalizers, newExternalFinalizer(c.refs, d.opts.HTTPClient))
+		f := newExternalFinalizer(c.refs, d.opts.HTTPClient)
+		b.Finalizers = append(b.Finalizers, finalizer(f.Name(), f.Finalize))
 	}
 	if d.opts.MutationAnnotations && len(kept) > 0 {
 		f, err := newAnnotationFinalizer(kept)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mutation annotations: %w", err))
 		} else {
-			b.Finalizers = append(b.Finalizers, f)
+			b.Finalizers = append(b.Finalizers, finalizer(f.Name(), f.Finalize))
 		}
 	}
-	slices.SortStableFunc(b.Mutators, func(x, y engine.Mutator) int { return x.ID().Compare(y.ID()) })
+	slices.SortStableFunc(b.Mutators, func(x, y engine.Mutator) int { return x.ID.Compare(y.ID) })
 	return b, errors.Join(errs...)
+}
+
+// finalizer makes an engine.Finalizer of a finalize method that returns its warnings.
+func finalizer(name string, f func(context.Context, *engine.Request, map[string]any, []engine.Change, *engine.Writer) (map[string]any, []string, error)) engine.Finalizer {
+	return engine.Finalizer{Name: name, Finalize: func(ctx context.Context, req *engine.Request, obj map[string]any, trace []engine.Change, w *engine.Writer) (map[string]any, error) {
+		out, warnings, err := f(ctx, req, obj, trace, w)
+		for _, text := range warnings {
+			w.Warn(text)
+		}
+		return out, err
+	}}
 }

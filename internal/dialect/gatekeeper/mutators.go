@@ -40,19 +40,31 @@ type mutator struct {
 	external *externalRef
 }
 
-func (m *mutator) ID() engine.ID                       { return m.id }
-func (m *mutator) Targets() []engine.Target            { return m.targets }
-func (m *mutator) Reinvocation() engine.Reinvocation   { return engine.ReinvokeIfNeeded }
-func (m *mutator) FailurePolicy() engine.FailurePolicy { return m.failure }
-
-// Matches evaluates spec.match; applyTo (group, version, kind, operation) is already
-// enforced by the engine through Targets.
-func (m *mutator) Matches(_ context.Context, req *engine.Request, obj map[string]any) (bool, error) {
-	return m.match.matches(req, obj)
+// compiled is the mutator as the engine runs it: Gatekeeper mutators run in every pass
+// until the object converges, as Gatekeeper's own system does.
+func (m *mutator) compiled() engine.Mutator {
+	d := engine.Descriptor{
+		ID:            m.id,
+		Targets:       m.targets,
+		Reinvocation:  engine.ReinvokeIfNeeded,
+		FailurePolicy: m.failure,
+	}
+	if m.match.nsSelector != nil {
+		d.Reads = []schema.GroupVersionKind{{Version: "v1", Kind: "Namespace"}}
+	}
+	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
 }
 
-// Mutate walks the location and applies the kind's setter.
-func (m *mutator) Mutate(_ context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+// mutate evaluates spec.match (applyTo's group, version, kind and operation are already
+// enforced by the engine through the targets), then walks the location and applies the
+// kind's setter.
+func (m *mutator) mutate(_ context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+	if ok, err := m.match.matches(req, obj); err != nil || !ok {
+		if err != nil {
+			return nil, fmt.Errorf("match: %w", err)
+		}
+		return obj, nil
+	}
 	wk := walker{loc: m.loc, tester: m.tester, set: m.set, env: env{req: req, obj: obj, id: &m.id}, w: w}
 	out, changed, err := wk.walk(obj)
 	if err != nil {

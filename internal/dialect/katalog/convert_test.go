@@ -13,10 +13,10 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 )
 
-func cronConverter(t testing.TB) (*Converter, []*Entry) {
+func cronConverter(t testing.TB) (engine.Converter, []*Entry) {
 	t.Helper()
-	b := compileDir(t, "testdata/convert/cronjob-v1-to-v2")
-	return b.Converters[0].(*Converter), Entries(b)
+	es, b := compileDirEntries(t, "testdata/convert/cronjob-v1-to-v2")
+	return b.Converters[0], es
 }
 
 // randomCron builds a valid single-spaced five-field expression, or a macro.
@@ -174,12 +174,11 @@ func TestConversionStats(t *testing.T) {
 }
 
 func TestConverterGrouping(t *testing.T) {
-	b := compileDir(t, "testdata/convert/cronjob-v1-to-v2")
-	es := Entries(b)
+	es, b := compileDirEntries(t, "testdata/convert/cronjob-v1-to-v2")
 	if len(b.Converters) != 1 || len(es) != 2 || es[0].Name != "cronjob-v1" || !es[0].Conversion.Participant || !es[1].Conversion.UpdateCRD || es[1].Conversion.StorageVersion != "v1" {
 		t.Fatalf("converters %d, entries %+v", len(b.Converters), es)
 	}
-	if id := b.Converters[0].ID(); id.Part != "cronjob-v2" || id.Name != "cronjobs" {
+	if id := b.Converters[0].ID; id.Part != "cronjob-v2" || id.Name != "cronjobs" {
 		t.Errorf("id %v", id)
 	}
 	_, err := compileText(t, `apiVersion: orkestra.orkspace.io/v1

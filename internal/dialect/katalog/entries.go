@@ -2,7 +2,6 @@ package katalog
 
 import (
 	"encoding/json"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -123,35 +122,3 @@ func (e *Entry) Status() Status {
 // "conversion".
 func (e *Entry) StatusJSON() ([]byte, error) { return json.Marshal(e.Status()) }
 
-// entryOwner is implemented by everything this dialect compiles.
-type entryOwner interface{ entries() []*Entry }
-
-// Entries lists the entries behind the Katalog mutators, validators and converters of
-// a bundle, each once, ordered by Katalog and entry name. Entries that compiled to
-// nothing (no rules, no validation, no conversion) are not listed.
-func Entries(b *policy.Bundle) []*Entry {
-	if b == nil {
-		return nil
-	}
-	var out []*Entry
-	add := func(v any) {
-		if o, ok := v.(entryOwner); ok {
-			for _, e := range o.entries() {
-				if !slices.Contains(out, e) {
-					out = append(out, e)
-				}
-			}
-		}
-	}
-	for _, m := range b.Mutators {
-		add(m)
-	}
-	for _, v := range b.Validators {
-		add(v)
-	}
-	for _, c := range b.Converters {
-		add(c)
-	}
-	slices.SortFunc(out, func(a, b *Entry) int { return a.id.Compare(b.id) })
-	return out
-}

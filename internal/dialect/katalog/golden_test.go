@@ -34,6 +34,12 @@ func readDocs(t testing.TB, file string) []policy.Document {
 // compileDir compiles dir/katalog.yaml with dir/context.yaml (if any) as context.
 func compileDir(t testing.TB, dir string) *policy.Bundle {
 	t.Helper()
+	_, b := compileDirEntries(t, dir)
+	return b
+}
+
+func compileDirEntries(t testing.TB, dir string) ([]*Entry, *policy.Bundle) {
+	t.Helper()
 	store := objects.NewStore()
 	if _, err := os.Stat(filepath.Join(dir, "context.yaml")); err == nil {
 		for _, d := range readDocs(t, filepath.Join(dir, "context.yaml")) {
@@ -42,11 +48,11 @@ func compileDir(t testing.TB, dir string) *policy.Bundle {
 			}
 		}
 	}
-	b, err := New(Options{Objects: store}).Compile(readDocs(t, filepath.Join(dir, "katalog.yaml")))
+	es, b, err := New(Options{Objects: store}).(*Dialect).CompileEntries(readDocs(t, filepath.Join(dir, "katalog.yaml")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return es, b
 }
 
 // golden compares got with the file, or rewrites the file under -update.
@@ -128,9 +134,9 @@ func TestGoldenMutate(t *testing.T) {
 			checkPatchApplies(t, input, patch, res.Object)
 
 			var events []string
-			for _, m := range b.Mutators {
-				if ev := m.(*Mutator).Event(res); ev != "" {
-					events = append(events, m.(*Mutator).Entry().EventReason()+": "+ev)
+			for _, n := range res.Notes {
+				if n.Kind == engine.NoteEvent {
+					events = append(events, n.Reason+": "+n.Message)
 				}
 			}
 			golden(t, filepath.Join(dir, "event.txt"), []byte(strings.Join(events, "\n")+"\n"))

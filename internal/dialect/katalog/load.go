@@ -56,21 +56,33 @@ func (d *Dialect) Handles(apiVersion, kind string) bool {
 // entry is reported in the joined error and its siblings still compile. Conversion
 // paths of all entries of one group and kind form one Converter.
 func (d *Dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
+	_, b, err := d.CompileEntries(docs)
+	return b, err
+}
+
+// CompileEntries is Compile that also returns the entries behind the bundle's mutators,
+// validators and converters, each once, ordered by Katalog and entry name (entries that
+// compiled to nothing are not listed).
+func (d *Dialect) CompileEntries(docs []policy.Document) ([]*Entry, *policy.Bundle, error) {
 	c := &compiler{opts: d.opts, funcs: Funcs(), bundle: &policy.Bundle{}}
-	var entries []*Entry
+	var entries, used []*Entry
 	for _, doc := range docs {
 		entries = append(entries, c.document(doc)...)
 	}
 	for _, e := range entries {
 		if len(e.rules) > 0 {
-			c.bundle.Mutators = append(c.bundle.Mutators, &Mutator{entry: e})
+			c.bundle.Mutators = append(c.bundle.Mutators, (&Mutator{entry: e}).compiled())
 		}
 		if len(e.validation) > 0 {
-			c.bundle.Validators = append(c.bundle.Validators, &Validator{entry: e})
+			c.bundle.Validators = append(c.bundle.Validators, (&Validator{entry: e}).compiled())
+		}
+		if len(e.rules) > 0 || len(e.validation) > 0 || e.Conversion != nil {
+			used = append(used, e)
 		}
 	}
 	c.converters(entries)
-	return c.bundle, errors.Join(c.errs...)
+	slices.SortFunc(used, func(a, b *Entry) int { return a.id.Compare(b.id) })
+	return used, c.bundle, errors.Join(c.errs...)
 }
 
 // compiler holds the state of one Compile call.

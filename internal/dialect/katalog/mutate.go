@@ -30,32 +30,13 @@ type Mutator struct {
 // Entry returns the entry the mutator was compiled from.
 func (m *Mutator) Entry() *Entry { return m.entry }
 
-func (m *Mutator) entries() []*Entry { return []*Entry{m.entry} }
-
-// ID is {katalog, Katalog, <katalog name>, <entry name>}.
-func (m *Mutator) ID() engine.ID { return m.entry.id }
-
-// Targets is the entry's group/version/kind with its webhook operations.
-func (m *Mutator) Targets() []engine.Target {
-	t := m.entry.APITypes
-	return []engine.Target{{Group: t.Group, Version: t.Version, Kind: t.Kind, Operations: m.entry.operations}}
-}
-
-// Reinvocation is ReinvokeNever: Katalog rules apply once, in order.
-func (m *Mutator) Reinvocation() engine.Reinvocation { return engine.ReinvokeNever }
-
-// FailurePolicy is FailIgnore: Katalog mutation never blocks admission.
-func (m *Mutator) FailurePolicy() engine.FailurePolicy { return engine.FailIgnore }
-
-// Matches is true for every object the targets name.
-func (m *Mutator) Matches(context.Context, *engine.Request, map[string]any) (bool, error) {
-	return true, nil
-}
-
 // Mutate applies the rules in declaration order, each seeing the result of the ones
 // before it. A default applies when the field is absent, null, "", {} or []; an override
 // always applies; a rule whose value equals the current one changes nothing.
+//
+// When it changed something it notes the reconcile-time event of spec 000 (see Event).
 func (m *Mutator) Mutate(_ context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+	var applied []FieldValue
 	for _, r := range m.entry.rules {
 		cur, present := r.field.Get(obj)
 		if r.action == "default" && present && !isEmpty(cur) {
@@ -79,34 +60,23 @@ func (m *Mutator) Mutate(_ context.Context, _ *engine.Request, obj map[string]an
 		}
 		obj = next
 		w.Changed(r.field.Pointer())
+		applied = setField(applied, r.text, v)
+	}
+	if text := DefaultsAppliedMessage(applied); text != "" {
+		w.Note(engine.Note{Kind: engine.NoteEvent, Reason: m.entry.EventReason(), Message: text})
 	}
 	return obj, nil
 }
 
-// Event is the message of the reconcile-time event for what this mutator changed in a
-// result (spec 000): `defaults applied: spec.replicas="2", spec.logLevel="info"`. It
-// lists every field the entry's rules changed (defaults and overrides), in rule order,
-// with its final value as JSON. It is "" when the mutator changed nothing.
-func (m *Mutator) Event(res *engine.Result) string {
-	changed := map[string]bool{}
-	for _, c := range res.Trace {
-		if c.ID == m.entry.id {
-			for _, p := range c.Paths {
-				changed[p] = true
-			}
+// setField records a field's new value, once per field, in the order first set.
+func setField(fields []FieldValue, field string, v any) []FieldValue {
+	for i := range fields {
+		if fields[i].Field == field {
+			fields[i].Value = v
+			return fields
 		}
 	}
-	var fields []FieldValue
-	for _, r := range m.entry.rules {
-		ptr := r.field.Pointer()
-		if !changed[ptr] {
-			continue
-		}
-		delete(changed, ptr)
-		v, _ := r.field.Get(res.Object)
-		fields = append(fields, FieldValue{Field: r.text, Value: v})
-	}
-	return DefaultsAppliedMessage(fields)
+	return append(fields, FieldValue{Field: field, Value: v})
 }
 
 // FieldValue is a field and the value a rule gave it.
@@ -115,7 +85,10 @@ type FieldValue struct {
 	Value any
 }
 
-// DefaultsAppliedMessage renders spec 000's event text: `defaults applied:
+// DefaultsAppliedMessage renders spec 000's event text, which the mutator notes
+// (engine.NoteEvent with the entry's EventReason) for every object it changed. It lists
+// every field the entry's rules changed (defaults and overrides), in rule order, with the
+// value the rule gave it as JSON: `defaults applied:
 // spec.replicas="2", spec.logLevel="info"`; "" for no fields.
 func DefaultsAppliedMessage(fields []FieldValue) string {
 	if len(fields) == 0 {
@@ -149,9 +122,6 @@ func AdmissionErrorLog(kind, name string, err error) string {
 	}
 	return fmt.Sprintf("admission/mutate: error applying rules — allowing without mutation kind=%s name=%s err=%s", kind, name, strconv.Quote(msg))
 }
-
-// MutateFirst reports the entry's reconcile-time order (see Entry.MutateFirst).
-func (m *Mutator) MutateFirst() bool { return m.entry.MutateFirst }
 
 // ownCopy deep-copies maps and lists, so that a value set at one field never aliases
 // another; scalars are returned as they are.

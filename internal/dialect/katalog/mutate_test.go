@@ -220,7 +220,7 @@ func TestNoOpRuleWarning(t *testing.T) {
 }
 
 func TestEntries(t *testing.T) {
-	b := mustCompile(t, `apiVersion: orkestra.orkspace.io/v1
+	docs, err := policy.Decode("katalog.yaml", []byte(`apiVersion: orkestra.orkspace.io/v1
 kind: Katalog
 metadata:
   name: demo
@@ -239,8 +239,14 @@ spec:
       webhooks: {mutation: false}
       operatorBox:
         mutation: {rules: [{field: spec.y, override: "2"}]}
-`)
-	es := Entries(b)
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, b, err := New(Options{}).(*Dialect).CompileEntries(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(es) != 2 || es[0].Name != "blog" || es[1].Name != "website" {
 		t.Fatalf("entries %v", es)
 	}
@@ -254,14 +260,14 @@ spec:
 	if site.APITypes.Plural != "websites" || site.ID().Order != -5 || site.EventReason() != "WebsiteMutation" {
 		t.Errorf("website %+v %v", site.APITypes, site.ID())
 	}
-	m := b.Mutators[slices.IndexFunc(b.Mutators, func(m engine.Mutator) bool { return m.ID().Part == "website" })]
-	if got := m.Targets(); len(got) != 1 || got[0].Operations.Has(engine.Update) || !got[0].Operations.Has(engine.Create) || got[0].Kind != "Website" {
+	m := b.Mutators[slices.IndexFunc(b.Mutators, func(m engine.Mutator) bool { return m.ID.Part == "website" })]
+	if got := m.Targets; len(got) != 1 || got[0].Operations.Has(engine.Update) || !got[0].Operations.Has(engine.Create) || got[0].Kind != "Website" {
 		t.Errorf("targets %+v", got)
 	}
-	if m.Reinvocation() != engine.ReinvokeNever || m.FailurePolicy() != engine.FailIgnore || !m.(*Mutator).MutateFirst() {
+	if m.Reinvocation != engine.ReinvokeNever || m.FailurePolicy != engine.FailIgnore || !m.MutateFirst {
 		t.Error("mutator policies")
 	}
-	if len(b.Validators) != 1 || !b.Validators[0].(*Validator).MutateFirst() {
+	if len(b.Validators) != 1 || !b.Validators[0].MutateFirst {
 		t.Error("validator")
 	}
 }
@@ -320,7 +326,7 @@ func TestEntryIsolation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `spec.crds.website.operatorBox.mutation[0].field: empty key: expected a key before "." at column 6`) {
 		t.Errorf("error %v", err)
 	}
-	if len(b.Mutators) != 1 || b.Mutators[0].ID().Part != "good" {
+	if len(b.Mutators) != 1 || b.Mutators[0].ID.Part != "good" {
 		t.Errorf("mutators %v", b.Mutators)
 	}
 }

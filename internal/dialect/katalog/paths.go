@@ -37,14 +37,6 @@ type Converter struct {
 	paths   map[[2]string]*ConversionPath
 }
 
-func (c *Converter) entries() []*Entry { return c.members }
-
-// ID is the ID of the entry that owns the paths.
-func (c *Converter) ID() engine.ID { return c.id }
-
-// GroupKind is the converted group and kind.
-func (c *Converter) GroupKind() schema.GroupKind { return c.gk }
-
 // StorageVersion is the declared storage version ("" when none is declared).
 func (c *Converter) StorageVersion() string { return c.storage }
 
@@ -105,7 +97,7 @@ func (c *compiler) converters(entries []*Entry) {
 			continue
 		}
 		conv.id = conv.owner.id
-		c.bundle.Converters = append(c.bundle.Converters, conv)
+		c.bundle.Converters = append(c.bundle.Converters, conv.compiled())
 	}
 }
 

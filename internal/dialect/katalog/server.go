@@ -1,49 +1,90 @@
 package katalog
 
-import "k8s.io/apimachinery/pkg/runtime/schema"
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
-// The methods in this file are what the webhook server reads from a compiled Katalog
-// through its small optional interfaces (see internal/webhook's package doc): the
-// resources a webhook rule names, whether an entry takes part in admission, and the
-// statistics served at /katalog/<entry>.
+	"github.com/morph-dev/morph/internal/engine"
+)
 
-// Resources is the entry's resource, with the plural apiTypes declares.
-func (m *Mutator) Resources() []schema.GroupVersionResource {
-	return []schema.GroupVersionResource{m.entry.APITypes.GroupVersionResource()}
-}
+// StatsRoute is the route under which the webhook server serves an entry's statistics
+// (spec 003: GET /katalog/<entry>).
+const StatsRoute = "katalog"
 
-// AppliesAtAdmission is webhooks.mutation: false keeps the entry out of the mutating
-// webhook configuration and of /mutate; offline and reconcile-time mutation still run.
-func (m *Mutator) AppliesAtAdmission() bool { return m.entry.Webhook.Mutation }
+// The functions in this file describe a compiled Katalog entry to the surfaces: its
+// targets, the resources its webhook rules name, whether it takes part in admission, the
+// statistics served at /katalog/<entry>, and spec 000's wording of its failures.
 
-// DescribeFailure is spec 000's log line for a failed entry at admission.
-func (m *Mutator) DescribeFailure(kind, name string, err error) string {
-	return AdmissionErrorLog(kind, name, err)
-}
-
-// EntryStats is the /katalog/<entry> document of the entry.
-func (m *Mutator) EntryStats() map[string]any { return entryStats(m.entries()) }
-
-// Resources is the entry's resource, with the plural apiTypes declares.
-func (v *Validator) Resources() []schema.GroupVersionResource {
-	return []schema.GroupVersionResource{v.entry.APITypes.GroupVersionResource()}
-}
-
-// EntryStats is the /katalog/<entry> document of the entry.
-func (v *Validator) EntryStats() map[string]any { return entryStats(v.entries()) }
-
-// EntryStats are the /katalog/<entry> documents of every entry of the converter's
-// group and kind (the entry owning the paths and its participants).
-func (c *Converter) EntryStats() map[string]any { return entryStats(c.entries()) }
-
-func entryStats(entries []*Entry) map[string]any {
-	out := make(map[string]any, len(entries))
-	for _, e := range entries {
-		out[e.Name] = e.Status()
+// compiled is the entry's mutation as the engine runs it: once per request
+// (ReinvokeNever: Katalog rules apply once, in order), never blocking admission
+// (FailIgnore), at admission unless webhooks.mutation is false, and on existing objects
+// when they are reconciled.
+func (m *Mutator) compiled() engine.Mutator {
+	e := m.entry
+	t := e.APITypes
+	return engine.Mutator{
+		Descriptor: engine.Descriptor{
+			ID:              e.id,
+			Targets:         []engine.Target{{Group: t.Group, Version: t.Version, Kind: t.Kind, Operations: e.operations}},
+			Resources:       []schema.GroupVersionResource{t.GroupVersionResource()},
+			Reinvocation:    engine.ReinvokeNever,
+			FailurePolicy:   engine.FailIgnore,
+			AdmissionOff:    !e.Webhook.Mutation,
+			Existing:        true,
+			MutateFirst:     e.MutateFirst,
+			Stats:           entryStats([]*Entry{e}),
+			DescribeFailure: AdmissionErrorLog,
+		},
+		Mutate: m.Mutate,
 	}
-	return out
 }
 
-// AppliesAtAdmission is webhooks.validation: false keeps the entry out of the validating
-// webhook configuration and of /validate; offline and reconcile-time validation still run.
-func (v *Validator) AppliesAtAdmission() bool { return v.entry.Webhook.Validation }
+// compiled is the entry's validation: on CREATE and UPDATE, at admission unless
+// webhooks.validation is false (the validating webhook fails closed: the API server
+// refuses an object it cannot validate).
+func (v *Validator) compiled() engine.Validator {
+	e := v.entry
+	t := e.APITypes
+	ops, _ := engine.OperationsOf(string(engine.Create), string(engine.Update))
+	return engine.Validator{
+		Descriptor: engine.Descriptor{
+			ID:            e.id,
+			Targets:       []engine.Target{{Group: t.Group, Version: t.Version, Kind: t.Kind, Operations: ops}},
+			Resources:     []schema.GroupVersionResource{t.GroupVersionResource()},
+			FailurePolicy: engine.FailClose,
+			AdmissionOff:  !e.Webhook.Validation,
+			Existing:      true,
+			MutateFirst:   e.MutateFirst,
+			Stats:         entryStats([]*Entry{e}),
+		},
+		Validate: v.Validate,
+	}
+}
+
+// compiled is the converter of a group and kind. Its statistics are those of every
+// entry of the group and kind (the entry owning the paths and its participants).
+func (c *Converter) compiled() engine.Converter {
+	conv := engine.Converter{
+		Descriptor: engine.Descriptor{ID: c.id, Stats: entryStats(c.members)},
+		GroupKind:  c.gk,
+		Convert:    c.Convert,
+	}
+	for _, e := range c.members {
+		if e.Conversion != nil && e.Conversion.UpdateCRD {
+			conv.UpdateCRD = true
+		}
+		if conv.CRD == "" && e.APITypes.Plural != "" {
+			conv.CRD = e.APITypes.Plural + "." + e.APITypes.Group
+		}
+	}
+	return conv
+}
+
+func entryStats(entries []*Entry) *engine.Stats {
+	return &engine.Stats{Route: StatsRoute, Entries: func() map[string]any {
+		out := make(map[string]any, len(entries))
+		for _, e := range entries {
+			out[e.Name] = e.Status()
+		}
+		return out
+	}}
+}

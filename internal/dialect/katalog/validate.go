@@ -46,21 +46,6 @@ type Validator struct {
 // Entry returns the entry the validator was compiled from.
 func (v *Validator) Entry() *Entry { return v.entry }
 
-func (v *Validator) entries() []*Entry { return []*Entry{v.entry} }
-
-// ID is the entry's ID.
-func (v *Validator) ID() engine.ID { return v.entry.id }
-
-// MutateFirst reports the entry's reconcile-time order (see Entry.MutateFirst).
-func (v *Validator) MutateFirst() bool { return v.entry.MutateFirst }
-
-// Targets is the entry's group/version/kind on CREATE and UPDATE.
-func (v *Validator) Targets() []engine.Target {
-	ops, _ := engine.OperationsOf(string(engine.Create), string(engine.Update))
-	t := v.entry.APITypes
-	return []engine.Target{{Group: t.Group, Version: t.Version, Kind: t.Kind, Operations: ops}}
-}
-
 // Validate checks every rule against obj.
 func (v *Validator) Validate(_ context.Context, _ *engine.Request, obj map[string]any) ([]engine.Violation, error) {
 	var out []engine.Violation
