@@ -22,6 +22,9 @@ func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("did not finish within the policy's timeout of %s", e.Timeout)
 }
 
+// Is makes errors.Is(err, context.DeadlineExceeded) true.
+func (e *TimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
 // DeadlineError is the error of work stopped by the request's own deadline. Surfaces
 // set it as the cause of the request's context (WithRequestDeadline), so that every
 // message says which deadline ended the work.

@@ -192,7 +192,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			reinvoke:    reinvocationOf(p.Spec.ReinvocationPolicy),
 		}
 		m.targets = resolver{store: d.opts.Objects}.targetsOf(p.Spec.MatchConstraints.ResourceRules, *p.Spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)
-		b.Mutators = append(b.Mutators, m)
+		b.Mutators = append(b.Mutators, m.compiled())
 	}
 	for _, name := range mapOrder {
 		if e := maps[name]; e.bindings == 0 {
@@ -211,7 +211,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 				m.exceptions = append(m.exceptions, ex)
 			}
 		}
-		b.Mutators = append(b.Mutators, m)
+		b.Mutators = append(b.Mutators, m.compiled())
 	}
 	return b, errors.Join(errs...)
 }

@@ -92,11 +92,8 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		if ns, ok := store.Namespace(doc.Namespace()); ok {
 			req.NamespaceObject = ns
 		}
-		trace := &Trace{}
-		ctx := WithTrace(context.Background(), trace)
-		if gr.Existing {
-			ctx = ExistingContext(ctx)
-		}
+		ctx := context.Background()
+		req.Background = gr.Existing
 		before := engine.DeepCopyMap(doc.Object)
 		res, err := set.Mutate(ctx, req)
 		if err != nil {
@@ -109,11 +106,13 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		for _, w := range res.Warnings {
 			out.WriteString("# warning: " + w + "\n")
 		}
-		for _, s := range trace.Skipped() {
-			out.WriteString("# skipped: " + s.Policy.String() + ": " + s.Err.Error() + "\n")
-		}
-		for _, e := range trace.Exemptions() {
-			out.WriteString("# exempted: " + e.Policy.String() + " by " + e.Namespace + "/" + e.Exception + ": " + e.Object + "\n")
+		for _, n := range res.Notes {
+			switch n.Kind {
+			case engine.NoteSkipped:
+				out.WriteString("# skipped: " + n.ID.String() + ": " + n.Message + "\n")
+			case engine.NoteExemption:
+				out.WriteString("# exempted: " + n.ID.String() + ": " + n.Message + "\n")
+			}
 		}
 		y, err := yaml.Marshal(res.Object)
 		if err != nil {

@@ -296,7 +296,7 @@ func TestTimeoutSecondsIsTheDeadline(t *testing.T) {
 	policy = strings.Replace(policy, "spec:\n", "spec:\n  webhookConfiguration:\n    timeoutSeconds: 1\n", 1)
 	d := New(Options{HTTPAllowHosts: []string{mustHost(t, srv.URL)}, HTTPTimeout: 30 * time.Second})
 	_, err := mutateOnce(t, d, policy, testPod())
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timeoutSeconds (1s)") {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "within 1s (webhookConfiguration.timeoutSeconds)") {
 		t.Fatalf("error = %v, want the policy's 1s deadline", err)
 	}
 }

@@ -54,36 +54,48 @@ type Mutator struct {
 	exceptions          []*exception
 }
 
-// ID implements engine.Mutator.
-func (m *Mutator) ID() engine.ID { return m.id }
-
-// Targets implements engine.Mutator.
-func (m *Mutator) Targets() []engine.Target { return m.targets }
-
-// Reinvocation implements engine.Mutator.
-func (m *Mutator) Reinvocation() engine.Reinvocation { return m.reinvoke }
-
-// FailurePolicy implements engine.Mutator: Fail (the default) fails the request, Ignore
-// drops the policy's changes.
-func (m *Mutator) FailurePolicy() engine.FailurePolicy {
+// compiled is the policy as the engine runs it.
+func (m *Mutator) compiled() engine.Mutator {
+	fp := engine.FailClose // Fail, the default, fails the request
 	if m.failure == admissionv1.Ignore {
-		return engine.FailIgnore
+		fp = engine.FailIgnore // Ignore drops the policy's changes
 	}
-	return engine.FailClose
+	d := engine.Descriptor{
+		ID:            m.id,
+		Targets:       m.targets,
+		Reinvocation:  m.reinvoke,
+		FailurePolicy: fp,
+		// evaluation.admission.enabled false keeps a Kyverno policy out of admission.
+		AdmissionOff: m.kyverno && !m.admission,
+		// evaluation.mutateExisting.enabled: existing objects, matched by
+		// targetMatchConstraints (matchesTarget).
+		Existing: m.existing,
+	}
+	if m.timeout > 0 {
+		// Kyverno's webhookConfiguration.timeoutSeconds (10s by default), the evaluation
+		// deadline the generated webhook configuration carries too. MutatingAdmissionPolicies
+		// have none.
+		d.Timeout, d.TimeoutField = m.timeout, "webhookConfiguration.timeoutSeconds"
+	}
+	if m.paramKind != nil {
+		if gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion); err == nil {
+			d.Reads = append(d.Reads, gv.WithKind(m.paramKind.Kind))
+		}
+	}
+	if hasNamespaceSelector(m.constraints) || hasNamespaceSelector(m.binding) {
+		d.Reads = append(d.Reads, schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
+	}
+	return engine.Mutator{Descriptor: d, Mutate: m.Mutate}
 }
 
-// MutatesExisting reports whether the policy mutates existing objects
-// (evaluation.mutateExisting.enabled, Kyverno only).
-func (m *Mutator) MutatesExisting() bool { return m.existing }
+func hasNamespaceSelector(c *admissionv1.MatchResources) bool {
+	return c != nil && c.NamespaceSelector != nil && (len(c.NamespaceSelector.MatchLabels) > 0 || len(c.NamespaceSelector.MatchExpressions) > 0)
+}
 
-// AppliesAtAdmission reports whether the policy runs at admission
-// (evaluation.admission.enabled, true unless a Kyverno policy turns it off).
-func (m *Mutator) AppliesAtAdmission() bool { return !m.kyverno || m.admission }
-
-// MatchesTarget reports whether an existing object is one this policy mutates in the
+// matchesTarget reports whether an existing object is one this policy mutates in the
 // background: it must match targetMatchConstraints, or matchConstraints when the policy
 // has none. req describes the object as an UPDATE of itself.
-func (m *Mutator) MatchesTarget(req *engine.Request) (bool, error) {
+func (m *Mutator) matchesTarget(req *engine.Request) (bool, error) {
 	if !m.existing {
 		return false, nil
 	}
@@ -105,19 +117,7 @@ func anyOperation(c *admissionv1.MatchResources) *admissionv1.MatchResources {
 	return out
 }
 
-// existingKey marks a context as a background (mutate existing) evaluation.
-type existingKey struct{}
-
-// ExistingContext marks ctx as the evaluation of existing objects (`morph apply
-// --existing`, the background controller): policies with mutateExisting run, matched by
-// their targetMatchConstraints, and policies whose admission is off run too.
-func ExistingContext(ctx context.Context) context.Context {
-	return context.WithValue(ctx, existingKey{}, true)
-}
-
-func isExisting(ctx context.Context) bool { v, _ := ctx.Value(existingKey{}).(bool); return v }
-
-// invocation is what Matches found and Mutate uses.
+// invocation is what match found and Mutate uses.
 type invocation struct {
 	gvr schema.GroupVersionResource
 	gvk schema.GroupVersionKind
@@ -125,6 +125,9 @@ type invocation struct {
 	ctrl *controller
 	// warnings are the mutations that failed under failurePolicy Ignore.
 	warnings []string
+	// notes are what the evaluation reports beyond the object (exemptions, skipped
+	// mutations), given to the engine's Writer by Mutate.
+	notes []engine.Note
 }
 
 // match decides whether the request is one for this policy, as the API server's
@@ -138,15 +141,14 @@ func (m *Mutator) match(ctx context.Context, req *engine.Request, obj map[string
 	}
 	r := resolver{store: m.d.opts.Objects}
 	attr := attributes(req, obj, r.requestResource(req))
-	if isExisting(ctx) {
-		// Existing objects are mutated by mutateExisting policies only.
-		ok, err := m.MatchesTarget(req)
+	if req.Background {
+		// Existing objects (the engine runs only mutateExisting policies on them) are
+		// matched by the policy's target constraints.
+		ok, err := m.matchesTarget(req)
 		if err != nil || !ok {
 			return nil, err
 		}
 		return &invocation{gvr: r.requestResource(req), gvk: req.Kind}, nil
-	} else if m.kyverno && !m.admission {
-		return nil, nil
 	}
 	constraints := m.constraints
 	var ctrl *controller
@@ -171,17 +173,9 @@ func metaNamespace(obj map[string]any) string {
 	return ns
 }
 
-// Matches implements engine.Mutator.
-//
-// The engine calls Mutate right after a true Matches, on the same object, and Mutate
-// returns the object unchanged when the policy does not match; so the full match (the
-// API server's matcher, params, binding) runs once, in Mutate, and Matches only says
-// yes. Keeping it exact here would evaluate the constraints twice per invocation.
-func (m *Mutator) Matches(context.Context, *engine.Request, map[string]any) (bool, error) {
-	return true, nil
-}
-
-// Mutate implements engine.Mutator: it evaluates the policy with the API server's
+// Mutate is the policy's engine.MutateFunc: it matches the request as the API server's
+// dispatcher does (the full match, params and binding run once per invocation), then
+// evaluates the policy with the API server's
 // patchers on obj (and the old object) as the API server's policies see a built-in
 // object, decoded into its Go type and back (see canonical), and applies what the policy
 // changed to obj itself, through w, recording every changed path. Fields the policy did
@@ -192,16 +186,14 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	if err != nil || inv == nil {
 		return obj, err
 	}
-	if m.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.timeout)
-		defer cancel()
-	}
 	in := canonical(obj, req.Kind)
 	old := canonical(req.OldObject, req.Kind)
 	out, err := m.evaluateWithin(ctx, req, in, old, inv)
 	for _, text := range inv.warnings {
 		w.Warn(text)
+	}
+	for _, n := range inv.notes {
+		w.Note(n)
 	}
 	if err != nil || out == nil {
 		return obj, err
@@ -220,8 +212,9 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	return next, nil
 }
 
-// evaluateWithin evaluates the policy, returning at the policy's deadline
-// (webhookConfiguration.timeoutSeconds) even when a library call does not: the CEL
+// evaluateWithin evaluates the policy, returning at ctx's deadline (the engine sets
+// the policy's webhookConfiguration.timeoutSeconds or the request's deadline, whichever
+// is nearer) even when a library call does not: the CEL
 // function bindings of resource.* and http.* get no context, so they end on their own
 // timeout. The evaluation goroutine records into its own invocation and computes a new
 // object only; the caller takes both over when it finished in time, so an abandoned
@@ -243,9 +236,10 @@ func (m *Mutator) evaluateWithin(ctx context.Context, req *engine.Request, in, o
 	select {
 	case r := <-done:
 		inv.warnings = append(inv.warnings, own.warnings...)
+		inv.notes = append(inv.notes, own.notes...)
 		return r.out, r.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("evaluation did not finish within webhookConfiguration.timeoutSeconds (%s): %w", m.timeout, ctx.Err())
+		return nil, fmt.Errorf("evaluation stopped: %w", engine.Stopped(ctx))
 	}
 }
 
@@ -289,7 +283,7 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 	authz := offlineAuthorizer{}
 
 	if ex := m.exemptedBy(ctx, va, req); ex != nil {
-		recordExemption(ctx, Exemption{Policy: m.id, Exception: ex.name, Namespace: ex.namespace, Object: objectName(req, obj)})
+		inv.notes = append(inv.notes, engine.Note{Kind: engine.NoteExemption, Reason: "PolicyException", Message: fmt.Sprintf("%s by %s/%s", objectName(req, obj), ex.namespace, ex.name)})
 		return nil, nil
 	}
 
@@ -343,7 +337,7 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 			// worked under Ignore, as it does, and fail otherwise.
 			if m.failure == admissionv1.Ignore {
 				joined := errors.Join(errs...)
-				recordSkipped(ctx, m.id, joined)
+				inv.notes = append(inv.notes, engine.Note{Kind: engine.NoteSkipped, Reason: "failurePolicy Ignore", Message: joined.Error()})
 				inv.warnings = append(inv.warnings, fmt.Sprintf("%s: mutation skipped (failurePolicy Ignore): %v", m.id, joined))
 				continue
 			}
@@ -455,8 +449,3 @@ func labelSet(obj map[string]any) labels.Set {
 	}
 	return set
 }
-
-// Timeout is webhookConfiguration.timeoutSeconds (Kyverno; 10s by default), the
-// evaluation deadline the generated webhook configuration carries too. Zero for
-// MutatingAdmissionPolicies, which have none.
-func (m *Mutator) Timeout() time.Duration { return m.timeout }

@@ -171,22 +171,26 @@ spec:
 				pod["metadata"].(map[string]any)["labels"] = tt.labels
 			}
 			pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"] = tt.image
-			trace := &Trace{}
-			res, err := set.Mutate(WithTrace(context.Background(), trace), &engine.Request{Kind: podGVK, Operation: engine.Create, Namespace: "default", Object: pod})
+			res, err := set.Mutate(context.Background(), &engine.Request{Kind: podGVK, Operation: engine.Create, Namespace: "default", Object: pod})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Changed() != tt.mutated {
 				t.Errorf("changed = %v, want %v", res.Changed(), tt.mutated)
 			}
-			ex := trace.Exemptions()
+			var ex []engine.Note
+			for _, n := range res.Notes {
+				if n.Kind == engine.NoteExemption {
+					ex = append(ex, n)
+				}
+			}
 			if tt.exempt == "" {
 				if len(ex) != 0 {
 					t.Errorf("exemptions = %+v, want none", ex)
 				}
 				return
 			}
-			if len(ex) == 0 || ex[0].Exception != tt.exempt || ex[0].Policy.Name != "p" || ex[0].Object != "Pod default/web" {
+			if len(ex) == 0 || !strings.HasSuffix(ex[0].Message, "/"+tt.exempt) || ex[0].ID.Name != "p" || !strings.HasPrefix(ex[0].Message, "Pod default/web by ") {
 				t.Errorf("exemptions = %+v, want %s", ex, tt.exempt)
 			}
 		})
@@ -204,14 +208,14 @@ func TestEvaluationModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]*Mutator{}
+	byName := map[string]engine.Mutator{}
 	for _, m := range b.Mutators {
-		byName[m.ID().Name] = m.(*Mutator)
+		byName[m.ID.Name] = m
 	}
-	if byName["disabled"].AppliesAtAdmission() || byName["disabled"].MutatesExisting() {
+	if !byName["disabled"].AdmissionOff || byName["disabled"].Existing {
 		t.Error("off: admission off, no mutateExisting expected")
 	}
-	if !byName["existing"].AppliesAtAdmission() || !byName["existing"].MutatesExisting() {
+	if byName["existing"].AdmissionOff || !byName["existing"].Existing {
 		t.Error("existing: admission and mutateExisting expected")
 	}
 	set, err := engine.NewSet(b.Mutators)
@@ -219,10 +223,10 @@ func TestEvaluationModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		ctx  context.Context
-		want string
-	}{{context.Background(), "MutatingPolicy/existing"}, {ExistingContext(context.Background()), "MutatingPolicy/existing"}} {
-		res, err := set.Mutate(tc.ctx, &engine.Request{Kind: podGVK, Operation: engine.Create, Namespace: "default", Object: testPod()})
+		background bool
+		want       string
+	}{{false, "MutatingPolicy/existing"}, {true, "MutatingPolicy/existing"}} {
+		res, err := set.Mutate(context.Background(), &engine.Request{Kind: podGVK, Operation: engine.Create, Namespace: "default", Object: testPod(), Background: tc.background})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,9 +238,10 @@ func TestEvaluationModes(t *testing.T) {
 			t.Errorf("mutated by %v, want %s", got, tc.want)
 		}
 	}
-	ok, err := byName["existing"].MatchesTarget(&engine.Request{Kind: podGVK, Operation: engine.Update, Namespace: "default", Object: testPod(), OldObject: testPod()})
-	if err != nil || !ok {
-		t.Errorf("MatchesTarget = %v, %v; want true", ok, err)
+	// An existing Pod in any namespace matches the policy's target constraints.
+	res, err := set.Mutate(context.Background(), &engine.Request{Kind: podGVK, Operation: engine.Update, Namespace: "other", Object: testPod(), OldObject: testPod(), Background: true})
+	if err != nil || !res.Changed() {
+		t.Errorf("background update of an existing Pod: changed %v, %v; want changed", res != nil && res.Changed(), err)
 	}
 }
 
