@@ -43,6 +43,20 @@ func NewValidators(vs []Validator) *Validators {
 // Len is the number of validators.
 func (v *Validators) Len() int { return len(v.all) }
 
+// All returns the validators in order.
+func (v *Validators) All() []Validator { return slices.Clone(v.all) }
+
+// MutateFirst reports whether the validator id asks to validate after mutation when
+// objects are reconciled (Descriptor.MutateFirst).
+func (v *Validators) MutateFirst(id ID) bool {
+	for _, val := range v.all {
+		if val.ID == id {
+			return val.MutateFirst
+		}
+	}
+	return false
+}
+
 // Validate runs every validator whose targets name the request's kind and operation on
 // obj, in ID order. A validator's own error never denies the object: its checks are
 // skipped, and it is returned in failures (the validator's ID and error, for the caller

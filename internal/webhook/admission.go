@@ -14,6 +14,7 @@ import (
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/jsonvalue"
+	"github.com/morph-dev/morph/internal/request"
 )
 
 // AuditAnnotationMutatedBy is the audit annotation listing the policies that changed the
@@ -136,18 +137,7 @@ func engineRequest(review *admissionReview, namespaces NamespaceLookup) (*engine
 			req.UserInfo.Extra[k] = v
 		}
 	}
-	switch {
-	case req.Kind.Group == "" && req.Kind.Kind == "Namespace":
-		// A Namespace's namespaceSelector reads the Namespace itself.
-		req.NamespaceObject = obj
-		if obj == nil {
-			req.NamespaceObject = old
-		}
-	case req.Namespace != "" && namespaces != nil:
-		if ns, ok := namespaces.Namespace(req.Namespace); ok {
-			req.NamespaceObject = ns
-		}
-	}
+	req.NamespaceObject = request.NamespaceObject(namespaces, req.Kind, req.Namespace, obj, old)
 	return req, nil
 }
 
@@ -204,25 +194,29 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 		return *failed
 	}
 	resp := &admissionv1.AdmissionResponse{UID: ar.UID, Allowed: true}
-	if req.Object == nil {
-		// DELETE and CONNECT without options: nothing to mutate.
+	set := rt.mutationSet(c.group)
+	if req.Object == nil || set == nil {
+		// DELETE and CONNECT without options: nothing to mutate. A group no policy
+		// belongs to any more (a webhook configuration not yet updated): nothing to run.
 		return ok(admissionAnswer(resp), outcomeAllowed)
 	}
-	res, err := rt.set.Mutate(ctx, req)
+	res, err := set.Mutate(ctx, req)
 	if err != nil {
-		return s.mutationFailed(ctx, rt, req, resp, err, c)
+		return s.mutationFailed(ctx, rt, set, req, resp, err, c)
 	}
 	s.metrics.passes.Observe(float64(res.Passes))
 	for _, f := range res.Failures {
 		msg := "policy skipped"
-		if d, ok := rt.describers[f.ID]; ok {
-			msg = d.DescribeFailure(req.Kind.Kind, req.Name, f.Err)
+		if describe, ok := rt.describers[f.ID]; ok {
+			msg = describe(req.Kind.Kind, req.Name, f.Err)
 		}
 		s.policyFailed(msg, f, c)
 	}
 	resp.Warnings = append(resp.Warnings, res.Warnings...)
-	if rt.validators.Len() > 0 {
-		violations, warnings, failures := rt.validators.Validate(ctx, req, res.Object)
+	if validators := rt.validatorsOf(c.group); c.group == "" && validators.Len() > 0 {
+		// /mutate alone (no group) also warns of the validation rules the mutated
+		// object breaks; a grouped webhook leaves that to its validating webhook.
+		violations, warnings, failures := validators.Validate(ctx, req, res.Object)
 		s.validatorsFailed(failures, c)
 		resp.Warnings = append(resp.Warnings, warnings...)
 		for _, v := range violations {
@@ -271,10 +265,10 @@ func (s *Server) validatorsFailed(failures []engine.Failure, c *call) {
 // documentation, "Failures and deadlines"). Only the request's own deadline (ctx done)
 // is a timeout: a FailClose policy past its own deadline (TimeoutPolicy) while the
 // request still has time is that policy's error, counted and answered like any other.
-func (s *Server) mutationFailed(ctx context.Context, rt *runtime, req *engine.Request, resp *admissionv1.AdmissionResponse, err error, c *call) reply {
+func (s *Server) mutationFailed(ctx context.Context, rt *runtime, set *engine.Set, req *engine.Request, resp *admissionv1.AdmissionResponse, err error, c *call) reply {
 	c.err = err
 	if ctx.Err() != nil {
-		if !rt.failClose(rt.set.Candidates(req.Kind, req.Operation)) {
+		if !rt.failClose(set.Candidates(req.Kind, req.Operation)) {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf("morph: mutation did not finish in time (%v); the object was admitted unchanged", err))
 			return ok(admissionAnswer(resp), outcomeFailed)
 		}
@@ -310,10 +304,11 @@ func (s *Server) validate(ctx context.Context, body []byte, c *call) reply {
 	if obj == nil {
 		obj = req.OldObject
 	}
-	if obj == nil || rt.validators.Len() == 0 {
+	validators := rt.validatorsOf(c.group)
+	if obj == nil || validators.Len() == 0 {
 		return ok(admissionAnswer(resp), outcomeAllowed)
 	}
-	violations, warnings, failures := rt.validators.Validate(ctx, req, obj)
+	violations, warnings, failures := validators.Validate(ctx, req, obj)
 	s.validatorsFailed(failures, c)
 	resp.Warnings = warnings
 	var denials []string

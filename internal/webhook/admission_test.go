@@ -36,16 +36,16 @@ func TestMutate(t *testing.T) {
 	}{
 		{
 			name:    "no policy changes the object",
-			bundle:  &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}}},
+			bundle:  &policy.Bundle{Mutators: mutators(&labelMutator{name: "team", key: "team", value: "a"})},
 			obj:     pod(map[string]any{"team": "a"}),
 			allowed: true,
 		},
 		{
 			name: "two policies patch the object",
-			bundle: &policy.Bundle{Mutators: []engine.Mutator{
+			bundle: &policy.Bundle{Mutators: mutators(
 				&labelMutator{name: "team", key: "team", value: "a"},
 				&labelMutator{name: "tier", key: "tier/x~y", value: "web"},
-			}},
+			)},
 			obj:       pod(nil),
 			allowed:   true,
 			labels:    map[string]any{"team": "a", "tier/x~y": "web"},
@@ -53,10 +53,10 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "a failing FailIgnore policy is skipped with a warning",
-			bundle: &policy.Bundle{Mutators: []engine.Mutator{
+			bundle: &policy.Bundle{Mutators: mutators(
 				&labelMutator{name: "broken", key: "broken", value: "x", err: errors.New("template failed")},
 				&labelMutator{name: "team", key: "team", value: "a"},
-			}},
+			)},
 			obj:          pod(map[string]any{}),
 			allowed:      true,
 			labels:       map[string]any{"team": "a"},
@@ -65,27 +65,27 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "a failing FailClose policy refuses the request",
-			bundle: &policy.Bundle{Mutators: []engine.Mutator{
+			bundle: &policy.Bundle{Mutators: mutators(
 				&labelMutator{name: "strict", key: "x", value: "y", failure: engine.FailClose, err: errors.New("cannot resolve")},
-			}},
+			)},
 			obj:     pod(nil),
 			code:    500,
 			message: "Label/strict: cannot resolve",
 		},
 		{
 			name: "a panicking FailClose policy refuses the request",
-			bundle: &policy.Bundle{Mutators: []engine.Mutator{
+			bundle: &policy.Bundle{Mutators: mutators(
 				&labelMutator{name: "panicky", key: "x", value: "y", failure: engine.FailClose, panics: true},
-			}},
+			)},
 			obj:     pod(nil),
 			code:    500,
 			message: "panic: boom from panicky",
 		},
 		{
 			name: "an object that never converges is refused",
-			bundle: &policy.Bundle{Mutators: []engine.Mutator{
+			bundle: &policy.Bundle{Mutators: mutators(
 				&labelMutator{name: "flip", key: "x", value: "v", flip: true},
-			}},
+			)},
 			obj:     pod(nil),
 			code:    500,
 			message: "did not converge",
@@ -93,11 +93,11 @@ func TestMutate(t *testing.T) {
 		{
 			name: "warn validation rules on the mutated object become warnings; deny rules do not",
 			bundle: &policy.Bundle{
-				Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}},
-				Validators: []engine.Validator{
+				Mutators: mutators(&labelMutator{name: "team", key: "team", value: "a"}),
+				Validators: validators(
 					&labelValidator{name: "no-team", key: "team"},
 					&labelValidator{name: "deny-team", key: "team", deny: true},
-				},
+				),
 			},
 			obj:       pod(nil),
 			allowed:   true,
@@ -107,14 +107,14 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name:    "DELETE without an object is allowed untouched",
-			bundle:  &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}}},
+			bundle:  &policy.Bundle{Mutators: mutators(&labelMutator{name: "team", key: "team", value: "a"})},
 			obj:     nil,
 			opts:    []reviewOpt{asOperation(admissionv1.Delete)},
 			allowed: true,
 		},
 		{
 			name:      "the namespace comes from the context store",
-			bundle:    &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "prod-only", key: "prod", value: "yes", nsLabel: "env"}}},
+			bundle:    &policy.Bundle{Mutators: mutators(&labelMutator{name: "prod-only", key: "prod", value: "yes", nsLabel: "env"})},
 			obj:       pod(nil),
 			allowed:   true,
 			labels:    map[string]any{"prod": "yes"},
@@ -198,7 +198,7 @@ func jsonEqual(a, b any) bool {
 
 func TestMutateDryRunReachesPolicies(t *testing.T) {
 	m := &labelMutator{name: "team", key: "team", value: "a"}
-	s := newTestServer(t, &policy.Bundle{Mutators: []engine.Mutator{m}})
+	s := newTestServer(t, &policy.Bundle{Mutators: mutators(m)})
 	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "dry", pod(nil), dryRun))
 	if !resp.Allowed || resp.Patch == nil {
 		t.Fatalf("a dry-run request is answered like any other: %+v", resp)
@@ -209,7 +209,7 @@ func TestMutateDryRunReachesPolicies(t *testing.T) {
 }
 
 func TestMutateKeepsLargeIntegersExact(t *testing.T) {
-	s := newTestServer(t, &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}}})
+	s := newTestServer(t, &policy.Bundle{Mutators: mutators(&labelMutator{name: "team", key: "team", value: "a"})})
 	body := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"big","kind":{"group":"","version":"v1","kind":"Pod"},` +
 		`"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","namespace":"apps",` +
 		`"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"n":9007199254740993,"f":1.5}}}}`)
@@ -230,24 +230,24 @@ func TestValidate(t *testing.T) {
 	}{
 		{
 			name:       "no violation",
-			validators: []engine.Validator{&labelValidator{name: "no-debug", key: "debug", deny: true}},
+			validators: validators(&labelValidator{name: "no-debug", key: "debug", deny: true}),
 			labels:     map[string]any{"team": "a"},
 			allowed:    true,
 		},
 		{
 			name: "deny violations refuse with every message",
-			validators: []engine.Validator{
+			validators: validators(
 				&labelValidator{name: "no-debug", key: "debug", deny: true},
 				&labelValidator{name: "no-debug-again", key: "debug", deny: true},
 				&labelValidator{name: "warn-debug", key: "debug"},
-			},
+			),
 			labels:   map[string]any{"debug": "true"},
 			message:  "Rule/no-debug: metadata.labels.debug: label debug is not allowed; Rule/no-debug-again: metadata.labels.debug: label debug is not allowed",
 			warnings: []string{"Rule/warn-debug: metadata.labels.debug: label debug is not allowed"},
 		},
 		{
 			name:       "a validator's error is a warning, never a denial",
-			validators: []engine.Validator{&labelValidator{name: "broken", key: "debug", deny: true, err: errors.New("bad rule")}},
+			validators: validators(&labelValidator{name: "broken", key: "debug", deny: true, err: errors.New("bad rule")}),
 			labels:     map[string]any{"debug": "true"},
 			allowed:    true,
 			warnings:   []string{"Rule/broken: validation skipped: bad rule"},
@@ -278,11 +278,15 @@ func TestValidate(t *testing.T) {
 // offMutator is turned off at admission.
 type offMutator struct{ *labelMutator }
 
-func (offMutator) AppliesAtAdmission() bool { return false }
+func (m offMutator) mutator() engine.Mutator {
+	d := m.descriptor()
+	d.AdmissionOff = true
+	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
+}
 
 func TestMutatorsOffAtAdmission(t *testing.T) {
 	off := offMutator{&labelMutator{name: "background-only", key: "bg", value: "1"}}
-	b := &policy.Bundle{Mutators: []engine.Mutator{off, &labelMutator{name: "team", key: "team", value: "a"}}}
+	b := &policy.Bundle{Mutators: mutators(off, &labelMutator{name: "team", key: "team", value: "a"})}
 	s := newTestServer(t, b)
 	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "u", pod(nil)))
 	if got := resp.AuditAnnotations[AuditAnnotationMutatedBy]; got != "Label/team" {
@@ -294,7 +298,7 @@ func TestMutatorsOffAtAdmission(t *testing.T) {
 	if r := s.Readiness(); r.Policies.Mutators != 1 {
 		t.Errorf("readiness counts %d mutators, want 1", r.Policies.Mutators)
 	}
-	m, _, err := Configurations(&policy.Bundle{Mutators: []engine.Mutator{off}}, ConfigOptions{Name: "morph", Namespace: "morph-system", URL: "https://a:1"})
+	m, _, err := Configurations(&policy.Bundle{Mutators: mutators(off)}, ConfigOptions{Name: "morph", Namespace: "morph-system", URL: "https://a:1"})
 	if err != nil || m != nil {
 		t.Errorf("a mutator off at admission was registered: %v %v", m, err)
 	}
@@ -303,15 +307,19 @@ func TestMutatorsOffAtAdmission(t *testing.T) {
 // describingMutator fails and words its own failure's log line, as Katalog does.
 type describingMutator struct{ *labelMutator }
 
-func (describingMutator) DescribeFailure(kind, name string, err error) string {
-	return fmt.Sprintf("admission/mutate: error applying rules — allowing without mutation kind=%s name=%s err=%q", kind, name, err)
+func (m describingMutator) mutator() engine.Mutator {
+	d := m.descriptor()
+	d.DescribeFailure = func(kind, name string, err error) string {
+		return fmt.Sprintf("admission/mutate: error applying rules — allowing without mutation kind=%s name=%s err=%q", kind, name, err)
+	}
+	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
 }
 
 func TestFailureLoggedAsTheDialectSays(t *testing.T) {
 	var logs bytes.Buffer
 	failing := describingMutator{&labelMutator{name: "site", key: "a", value: "b", err: errors.New("resolving template")}}
 	s, err := New(Options{
-		Source: bundleSource(&policy.Bundle{Mutators: []engine.Mutator{failing}}), Admission: true, Conversion: true,
+		Source: bundleSource(&policy.Bundle{Mutators: mutators(failing)}), Admission: true, Conversion: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
@@ -333,7 +341,7 @@ func TestFailureLoggedAsTheDialectSays(t *testing.T) {
 // TestMutateReportsValidatorErrors: a validator that fails on /mutate's result is a
 // warning there, as on /validate.
 func TestMutateReportsValidatorErrors(t *testing.T) {
-	s := newTestServer(t, &policy.Bundle{Validators: []engine.Validator{&labelValidator{name: "broken", err: errors.New("no schema")}}})
+	s := newTestServer(t, &policy.Bundle{Validators: validators(&labelValidator{name: "broken", err: errors.New("no schema")})})
 	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "uid-2", pod(nil)))
 	if !resp.Allowed || !slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, "no schema") }) {
 		t.Fatalf("want the validator's error as a warning: %+v", resp)
@@ -348,10 +356,10 @@ func TestValidatorErrorsAreLoggedAndCounted(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			var logs bytes.Buffer
 			s, err := New(Options{
-				Source: bundleSource(&policy.Bundle{Validators: []engine.Validator{
+				Source: bundleSource(&policy.Bundle{Validators: validators(
 					&labelValidator{name: "broken", err: errors.New("no schema")},
 					&labelValidator{name: "no-debug", key: "debug"},
-				}}),
+				)}),
 				Admission: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 			})
 			if err != nil {
@@ -393,5 +401,36 @@ func TestValidatorErrorsAreLoggedAndCounted(t *testing.T) {
 				t.Error("a validator that did not fail is counted as an error")
 			}
 		})
+	}
+}
+
+// TestWebhookGroupsRunOnlyTheirPolicies: each webhook group's path runs its own policies,
+// so an Ignore policy that blocks never fails an object through a Fail group's webhook,
+// and the Fail policy always runs.
+func TestWebhookGroupsRunOnlyTheirPolicies(t *testing.T) {
+	strict := &labelMutator{name: "strict", key: "strict", value: "yes", failure: engine.FailClose}
+	slow := &labelMutator{name: "slow", key: "slow", value: "yes", block: true}
+	s := newTestServer(t, &policy.Bundle{Mutators: mutators(strict, slow)})
+	failGroup, ignoreGroup := MutationGroup(strict.descriptor()), MutationGroup(slow.descriptor())
+	if failGroup != "fail-ifneeded-10s" || ignoreGroup != "ignore-ifneeded-10s" {
+		t.Fatalf("groups %q and %q", failGroup, ignoreGroup)
+	}
+	resp := admissionResponse(t, s.Handler(), "/mutate/"+failGroup+"?timeout=300ms", admissionBody(t, "f", pod(nil)))
+	if !resp.Allowed || resp.AuditAnnotations[AuditAnnotationMutatedBy] != "Label/strict" {
+		t.Fatalf("fail group: allowed %v, mutated by %q, result %+v", resp.Allowed, resp.AuditAnnotations[AuditAnnotationMutatedBy], resp.Result)
+	}
+	if slow.calls.Load() != 0 {
+		t.Fatal("the Ignore group's policy ran under the Fail group's webhook")
+	}
+	resp = admissionResponse(t, s.Handler(), "/mutate/"+ignoreGroup+"?timeout=200ms", admissionBody(t, "i", pod(nil)))
+	if !resp.Allowed || resp.Patch != nil || strict.calls.Load() != 1 {
+		t.Fatalf("ignore group: allowed %v, patch %s, strict calls %d", resp.Allowed, resp.Patch, strict.calls.Load())
+	}
+	resp = admissionResponse(t, s.Handler(), "/mutate/fail-never-30s", admissionBody(t, "u", pod(nil)))
+	if !resp.Allowed || resp.Patch != nil {
+		t.Fatalf("a group no policy belongs to: allowed %v, patch %s", resp.Allowed, resp.Patch)
+	}
+	if w := post(t, s.Handler(), "/mutate/a/b", admissionBody(t, "x", pod(nil))); w.Code != http.StatusNotFound {
+		t.Fatalf("/mutate/a/b: %d, want 404", w.Code)
 	}
 }

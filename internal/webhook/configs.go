@@ -76,16 +76,18 @@ func (o *ConfigOptions) check() error {
 
 // webhookGroup is the policies one webhook serves.
 type webhookGroup struct {
-	timeout  int32
-	failure  engine.FailurePolicy
-	reinvoke engine.Reinvocation
-	rules    map[ruleKey]map[string]bool // resources by group, version and operations
+	timeout    int32
+	failure    engine.FailurePolicy
+	reinvoke   engine.Reinvocation
+	validating bool
+	rules      map[ruleKey]map[string]bool // resources by group, version and operations
 }
 
 type groupKey struct {
-	timeout  int32
-	failure  engine.FailurePolicy
-	reinvoke engine.Reinvocation
+	timeout    int32
+	failure    engine.FailurePolicy
+	reinvoke   engine.Reinvocation
+	validating bool
 }
 
 type ruleKey struct {
@@ -99,9 +101,10 @@ type ruleKey struct {
 //
 // Policies are grouped by what the API server must know per webhook: timeout, failure
 // policy and (for mutation) reinvocation policy. Each group is one webhook whose rules
-// are its policies' targets. Every webhook calls the same endpoint, which runs every
-// policy matching the request, so an object two groups match is mutated completely by the
-// first call and left unchanged by the second.
+// are its policies' targets, calling the group's own path (/mutate/<group>,
+// /validate/<group>; see MutationGroup), where the server runs that group's policies
+// only: an Ignore group's slow policy then never fails an object through a Fail group's
+// webhook, and a Fail group's policy always runs under its own webhook's failure policy.
 func Configurations(b *policy.Bundle, o ConfigOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	if err := o.check(); err != nil {
 		return nil, nil, err
@@ -113,14 +116,14 @@ func Configurations(b *policy.Bundle, o ConfigOptions) (*admissionregistrationv1
 			ObjectMeta: configMeta(o.Name),
 		}
 		for _, g := range groups {
-			name := fmt.Sprintf("mutate-%s-%s-%ds.%s.morph.dev", failureName(g.failure), reinvocationName(g.reinvoke), g.timeout, o.Name)
+			name := fmt.Sprintf("mutate-%s.%s.morph.dev", g.name(), o.Name)
 			reinvoke := admissionregistrationv1.NeverReinvocationPolicy
 			if g.reinvoke == engine.ReinvokeIfNeeded {
 				reinvoke = admissionregistrationv1.IfNeededReinvocationPolicy
 			}
 			mutating.Webhooks = append(mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
 				Name:                    name,
-				ClientConfig:            clientConfig(o, "/mutate"),
+				ClientConfig:            clientConfig(o, "/mutate/"+g.name()),
 				Rules:                   g.ruleList(),
 				FailurePolicy:           new(failureType(g.failure)),
 				MatchPolicy:             new(admissionregistrationv1.Equivalent),
@@ -140,8 +143,8 @@ func Configurations(b *policy.Bundle, o ConfigOptions) (*admissionregistrationv1
 		}
 		for _, g := range groups {
 			validating.Webhooks = append(validating.Webhooks, admissionregistrationv1.ValidatingWebhook{
-				Name:                    fmt.Sprintf("validate-%s-%ds.%s.morph.dev", failureName(g.failure), g.timeout, o.Name),
-				ClientConfig:            clientConfig(o, "/validate"),
+				Name:                    fmt.Sprintf("validate-%s.%s.morph.dev", g.name(), o.Name),
+				ClientConfig:            clientConfig(o, "/validate/"+g.name()),
 				Rules:                   g.ruleList(),
 				FailurePolicy:           new(failureType(g.failure)),
 				MatchPolicy:             new(admissionregistrationv1.Equivalent),
@@ -159,14 +162,42 @@ func configMeta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "morph"}}
 }
 
+// MutationGroup names the webhook group of a mutating policy: its failure policy, its
+// reinvocation as a webhook can say it, and its timeout in seconds, such as
+// "fail-ifneeded-10s". The webhook of the group calls /mutate/<group>.
+func MutationGroup(d engine.Descriptor) string {
+	return groupKey{timeout: timeoutSeconds(d), failure: d.FailurePolicy, reinvoke: webhookReinvocation(d.Reinvocation)}.name()
+}
+
+// ValidationGroup names the webhook group of a validating policy, such as
+// "fail-10s". The webhook of the group calls /validate/<group>.
+func ValidationGroup(d engine.Descriptor) string {
+	return validationKey(d).name()
+}
+
+func validationKey(d engine.Descriptor) groupKey {
+	return groupKey{timeout: timeoutSeconds(d), failure: d.FailurePolicy, reinvoke: engine.ReinvokeNever, validating: true}
+}
+
+func (k groupKey) name() string {
+	if k.validating {
+		return fmt.Sprintf("%s-%ds", failureName(k.failure), k.timeout)
+	}
+	return fmt.Sprintf("%s-%s-%ds", failureName(k.failure), reinvocationName(k.reinvoke), k.timeout)
+}
+
+func (g *webhookGroup) name() string {
+	return groupKey{timeout: g.timeout, failure: g.failure, reinvoke: g.reinvoke, validating: g.validating}.name()
+}
+
 func mutatingGroups(ms []engine.Mutator) []*webhookGroup {
 	groups := map[groupKey]*webhookGroup{}
 	for _, m := range ms {
-		if !atAdmission(m) {
+		if m.AdmissionOff {
 			continue
 		}
-		k := groupKey{timeout: timeoutSeconds(m), failure: m.FailurePolicy(), reinvoke: webhookReinvocation(m.Reinvocation())}
-		addRules(groups, k, m, m.Targets())
+		k := groupKey{timeout: timeoutSeconds(m.Descriptor), failure: m.FailurePolicy, reinvoke: webhookReinvocation(m.Reinvocation)}
+		addRules(groups, k, m.Descriptor)
 	}
 	return sortedGroups(groups)
 }
@@ -174,21 +205,17 @@ func mutatingGroups(ms []engine.Mutator) []*webhookGroup {
 func validatingGroups(vs []engine.Validator) []*webhookGroup {
 	groups := map[groupKey]*webhookGroup{}
 	for _, v := range vs {
-		if !atAdmission(v) {
+		if v.AdmissionOff {
 			continue
 		}
-		failure := engine.FailClose
-		if fp, ok := v.(ValidationFailurePolicy); ok {
-			failure = fp.FailurePolicy()
-		}
-		addRules(groups, groupKey{timeout: timeoutSeconds(v), failure: failure, reinvoke: engine.ReinvokeNever}, v, v.Targets())
+		addRules(groups, validationKey(v.Descriptor), v.Descriptor)
 	}
 	return sortedGroups(groups)
 }
 
-func addRules(groups map[groupKey]*webhookGroup, k groupKey, p any, targets []engine.Target) {
+func addRules(groups map[groupKey]*webhookGroup, k groupKey, d engine.Descriptor) {
 	var ops engine.OperationSet
-	for _, t := range targets {
+	for _, t := range d.Targets {
 		ops |= t.Operations
 	}
 	if ops == 0 {
@@ -196,7 +223,7 @@ func addRules(groups map[groupKey]*webhookGroup, k groupKey, p any, targets []en
 	}
 	g := groups[k]
 	if g == nil {
-		g = &webhookGroup{timeout: k.timeout, failure: k.failure, reinvoke: k.reinvoke, rules: map[ruleKey]map[string]bool{}}
+		g = &webhookGroup{timeout: k.timeout, failure: k.failure, reinvoke: k.reinvoke, validating: k.validating, rules: map[ruleKey]map[string]bool{}}
 		groups[k] = g
 	}
 	add := func(rk ruleKey, resource string) {
@@ -208,13 +235,13 @@ func addRules(groups map[groupKey]*webhookGroup, k groupKey, p any, targets []en
 		}
 		g.rules[rk][resource] = true
 	}
-	if rl, ok := p.(ResourceLister); ok {
-		for _, gvr := range rl.Resources() {
+	if len(d.Resources) > 0 {
+		for _, gvr := range d.Resources {
 			add(ruleKey{group: gvr.Group, version: gvr.Version, ops: ops}, gvr.Resource)
 		}
 		return
 	}
-	for _, t := range targets {
+	for _, t := range d.Targets {
 		resource := "*"
 		if t.Kind != "*" {
 			resource = resourceOf(t)
@@ -290,12 +317,11 @@ func operationTypes(ops engine.OperationSet) []admissionregistrationv1.Operation
 
 // timeoutSeconds is a policy's webhook timeout: its own, rounded up to whole seconds
 // and capped at 30, or 10.
-func timeoutSeconds(p any) int32 {
-	tp, ok := p.(TimeoutPolicy)
-	if !ok || tp.Timeout() <= 0 {
+func timeoutSeconds(d engine.Descriptor) int32 {
+	if d.Timeout <= 0 {
 		return DefaultTimeoutSeconds
 	}
-	secs := (tp.Timeout() + time.Second - 1) / time.Second
+	secs := (d.Timeout + time.Second - 1) / time.Second
 	return int32(min(max(secs, 1), MaxTimeoutSeconds))
 }
 

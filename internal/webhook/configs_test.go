@@ -22,22 +22,27 @@ type resourceMutator struct {
 	*labelMutator
 }
 
-func (resourceMutator) Resources() []schema.GroupVersionResource {
-	return []schema.GroupVersionResource{{Group: "demo.morph.dev", Version: "v1", Resource: "websites"}}
+func (m resourceMutator) mutator() engine.Mutator {
+	d := m.descriptor()
+	d.Resources = []schema.GroupVersionResource{{Group: "demo.morph.dev", Version: "v1", Resource: "websites"}}
+	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
 }
 
 // ignoringValidator's webhook may be skipped when the server is down.
 type ignoringValidator struct{ *labelValidator }
 
-func (ignoringValidator) FailurePolicy() engine.FailurePolicy { return engine.FailIgnore }
-func (ignoringValidator) Timeout() time.Duration              { return 1500 * time.Millisecond }
+func (v ignoringValidator) validator() engine.Validator {
+	val := v.labelValidator.validator()
+	val.FailurePolicy, val.Timeout = engine.FailIgnore, 1500*time.Millisecond
+	return val
+}
 
 func configBundle() *policy.Bundle {
 	deploy := engine.Target{Group: "apps", Version: "v1", Kind: "Deployment", Operations: mustOps("CREATE", "UPDATE")}
 	sts := engine.Target{Group: "apps", Version: "v1", Kind: "StatefulSet", Operations: mustOps("CREATE", "UPDATE")}
 	website := engine.Target{Group: "demo.morph.dev", Version: "v1", Kind: "Website", Operations: mustOps("CREATE")}
 	return &policy.Bundle{
-		Mutators: []engine.Mutator{
+		Mutators: mutators(
 			&labelMutator{name: "pods"},
 			&labelMutator{name: "ingresses", targets: []engine.Target{{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress", Operations: mustOps("CREATE")}}},
 			&labelMutator{name: "workloads", targets: []engine.Target{deploy, sts}, failure: engine.FailClose},
@@ -45,11 +50,11 @@ func configBundle() *policy.Bundle {
 			resourceMutator{&labelMutator{name: "website-defaults", targets: []engine.Target{website}, reinvoke: engine.ReinvokeNever}},
 			&labelMutator{name: "everything", targets: []engine.Target{{Group: "*", Version: "*", Kind: "*", Operations: engine.AllOperations}}},
 			&labelMutator{name: "no-operations", targets: []engine.Target{{Group: "", Version: "v1", Kind: "Secret"}}},
-		},
-		Validators: []engine.Validator{
+		),
+		Validators: validators(
 			&labelValidator{name: "pods"},
 			ignoringValidator{&labelValidator{name: "soft"}},
-		},
+		),
 	}
 }
 
@@ -68,7 +73,7 @@ func TestConfigurationsGolden(t *testing.T) {
 		opts   ConfigOptions
 	}{
 		{"configs-url.yaml", configBundle(), ConfigOptions{Name: "morph", Namespace: "morph-system", URL: "https://127.0.0.1:8443/", CABundle: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")}},
-		{"configs-service.yaml", &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "pods"}}}, ConfigOptions{Name: "morph", Namespace: "kube-system", Service: &ServiceRef{Namespace: "morph-system", Name: "morph"}}},
+		{"configs-service.yaml", &policy.Bundle{Mutators: mutators(&labelMutator{name: "pods"})}, ConfigOptions{Name: "morph", Namespace: "kube-system", Service: &ServiceRef{Namespace: "morph-system", Name: "morph"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.golden, func(t *testing.T) {
@@ -94,7 +99,7 @@ func TestConfigurationsGolden(t *testing.T) {
 }
 
 func TestConfigurationsOptions(t *testing.T) {
-	only := &policy.Bundle{Converters: []engine.Converter{&versionConverter{}}}
+	only := &policy.Bundle{Converters: converters(&versionConverter{})}
 	if m, v, err := Configurations(only, ConfigOptions{Name: "morph", Namespace: "morph-system", URL: "https://x:1"}); err != nil || m != nil || v != nil {
 		t.Errorf("a bundle without admission policies gave %v %v %v", m, v, err)
 	}

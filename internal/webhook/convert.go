@@ -84,34 +84,14 @@ func (rt *runtime) convertOne(ctx context.Context, i int, raw []byte, desired st
 	if obj == nil {
 		return nil, fmt.Errorf("objects[%d] is empty", i)
 	}
-	apiVersion, _ := obj["apiVersion"].(string)
 	kind, _ := obj["kind"].(string)
 	where := objectName(i, obj, kind)
-	if apiVersion == "" || kind == "" {
-		return nil, fmt.Errorf("%s: apiVersion and kind are required", where)
+	out, changed, err := rt.conversions.Convert(ctx, obj, desired)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	if apiVersion == desired {
+	if !changed {
 		return raw, nil
-	}
-	from, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return nil, fmt.Errorf("%s: apiVersion: %w", where, err)
-	}
-	to, _ := schema.ParseGroupVersion(desired)
-	if from.Group != to.Group {
-		return nil, fmt.Errorf("%s: cannot convert group %q to %q: conversion stays within a group", where, from.Group, to.Group)
-	}
-	gk := schema.GroupKind{Group: from.Group, Kind: kind}
-	conv, ok := rt.converters[gk]
-	if !ok {
-		return nil, fmt.Errorf("%s: no conversion policy for %s: add conversion paths for it", where, gk)
-	}
-	out, err := conv.Convert(ctx, obj, desired)
-	if err != nil {
-		return nil, fmt.Errorf("%s: converting %s to %s with %s: %w", where, apiVersion, desired, conv.ID(), err)
-	}
-	if got, _ := out["apiVersion"].(string); got != desired {
-		return nil, fmt.Errorf("%s: %s returned apiVersion %q instead of %q", where, conv.ID(), got, desired)
 	}
 	data, err := json.Marshal(out)
 	if err != nil {

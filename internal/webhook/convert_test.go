@@ -65,7 +65,7 @@ func TestConvert(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newTestServer(t, &policy.Bundle{Converters: []engine.Converter{&versionConverter{}}})
+			s := newTestServer(t, &policy.Bundle{Converters: converters(&versionConverter{})})
 			w := post(t, s.Handler(), "/convert", conversionBody(t, "c-1", tt.desired, tt.objects...))
 			if w.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", w.Code, w.Body)
@@ -102,7 +102,7 @@ func TestConvert(t *testing.T) {
 
 func TestConvertCountsInMetricsAndStats(t *testing.T) {
 	conv := &versionConverter{}
-	s := newTestServer(t, &policy.Bundle{Converters: []engine.Converter{conv}})
+	s := newTestServer(t, &policy.Bundle{Converters: converters(conv)})
 	post(t, s.Handler(), "/convert", conversionBody(t, "c", "demo.morph.dev/v2", widget("v1", "a", map[string]any{"size": 1}), widget("v1", "b", map[string]any{"size": 2})))
 	post(t, s.Handler(), "/convert", conversionBody(t, "c", "demo.morph.dev/v2", widget("v1", "a", nil)))
 	metrics := get(t, s.Handler(), "/metrics")
@@ -124,19 +124,21 @@ func TestConvertCountsInMetricsAndStats(t *testing.T) {
 // pairConverter serves the statistics of two entries, as a Katalog converter does.
 type pairConverter struct{ *versionConverter }
 
-func (c pairConverter) EntryStats() map[string]any {
-	snap := map[string]any{"total": c.total.Load()}
-	return map[string]any{
-		"widget-v1": map[string]any{"name": "widget-v1", "conversion": snap},
-		"widget-v2": map[string]any{"name": "widget-v2", "conversion": snap},
-	}
+func (c pairConverter) converter() engine.Converter {
+	conv := c.versionConverter.converter()
+	conv.Stats = &engine.Stats{Route: "katalog", Entries: func() map[string]any {
+		snap := map[string]any{"total": c.total.Load()}
+		return map[string]any{
+			"widget-v1": map[string]any{"name": "widget-v1", "conversion": snap},
+			"widget-v2": map[string]any{"name": "widget-v2", "conversion": snap},
+		}
+	}}
+	return conv
 }
-
-func (pairConverter) Stats() any { return nil }
 
 func TestEntryStatsOfSeveralEntries(t *testing.T) {
 	conv := pairConverter{&versionConverter{}}
-	s := newTestServer(t, &policy.Bundle{Converters: []engine.Converter{conv}})
+	s := newTestServer(t, &policy.Bundle{Converters: converters(conv)})
 	post(t, s.Handler(), "/convert", conversionBody(t, "c", "demo.morph.dev/v2", widget("v1", "a", map[string]any{"size": 1})))
 	for _, entry := range []string{"widget-v1", "widget-v2"} {
 		var got map[string]any

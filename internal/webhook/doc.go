@@ -7,12 +7,12 @@
 //
 // # Endpoints
 //
-//   - POST /mutate: AdmissionReview admission.k8s.io/v1. Runs the engine and answers its
+//   - POST /mutate, /mutate/<group>: AdmissionReview admission.k8s.io/v1. Runs the engine and answers its
 //     RFC 6902 patch (patchType JSONPatch; no patch when nothing changed), warnings for
 //     skipped policies and for warn-level validation rules on the mutated object, and the
 //     audit annotation "mutated-by" (the API server prefixes it with the webhook name,
 //     giving "<webhook>/mutated-by: Assign/foo, ModifySet/bar").
-//   - POST /validate: AdmissionReview. Deny violations refuse the object with code 403 and
+//   - POST /validate, /validate/<group>: AdmissionReview. Deny violations refuse the object with code 403 and
 //     the rules' messages; warn violations and validators' own errors are warnings (a
 //     validator's error is also logged and counted, as a FailIgnore policy's is).
 //   - POST /convert: ConversionReview apiextensions.k8s.io/v1. Each object is converted, in
@@ -22,8 +22,8 @@
 //   - GET /healthz: the process is alive. GET /readyz: 200 once a policy set is loaded,
 //     503 otherwise; both answer JSON details (policy counts, last load error and time).
 //   - GET /metrics: Prometheus metrics from a registry owned by the server.
-//   - GET /katalog/<entry>: the statistics JSON of the policies of that entry (see
-//     StatsProvider), 404 when no policy exposes statistics under that name.
+//   - GET /<route>/<entry>: the statistics JSON a policy keeps (engine.Stats; Katalog's
+//     /katalog/<entry>, spec 003), 404 when no policy exposes statistics there.
 //
 // # Answers to bad input
 //
@@ -59,93 +59,34 @@
 // unless --allow-http-host names the host. Allow only hosts whose POST endpoints have no
 // side effects, as the generated configurations declare sideEffects: None.
 //
-// # What dialects may add
+// # What the server reads of a policy
 //
-// A mutator, validator or converter may implement these optional interfaces; the server
-// and the configuration generator look for them with type assertions and fall back when
-// they are absent. Dialects implement the methods without importing this package.
+// Everything the server and the configuration generator know about a policy is its
+// engine.Descriptor (engine/engine.go): Timeout (each call's deadline, applied by the
+// engine, and the webhook's timeoutSeconds, at most 30; default 10), Resources (the
+// webhook rules; default: meta.UnsafeGuessKindToResource of each target kind),
+// FailurePolicy (of a validator: the validating webhook's failurePolicy), AdmissionOff
+// (kept out of /mutate, /validate and the configurations), Stats (served as JSON under
+// /<route>/<entry>) and DescribeFailure (the log line of the policy's failure). The
+// server names no dialect.
 //
-//   - TimeoutPolicy (Timeout() time.Duration): the policy's own deadline, applied to each
-//     Matches and Mutate call, and the webhook configuration's timeoutSeconds (at most 30).
-//     Default: no per-policy deadline, timeoutSeconds 10.
-//   - ResourceLister (Resources() []schema.GroupVersionResource): the resources the
-//     policy's targets name, for webhook rules. Default: meta.UnsafeGuessKindToResource of
-//     each target kind.
-//   - StatsProvider (Stats() any): statistics served as JSON under /katalog/<entry>.
-//   - EntryNamer (Entry() string): the entry name for /katalog/<entry>. Default: ID().Name.
-//   - EntryStatsProvider (EntryStats() map[string]any): statistics of several entries at
-//     once, by entry name (a Katalog converter serves every entry of its version pair).
-//   - AdmissionApplier (AppliesAtAdmission() bool) on a mutator: false keeps the policy
-//     out of /mutate and out of the MutatingWebhookConfiguration (a Kyverno policy with
-//     evaluation.admission.enabled false, a Katalog entry with webhooks.mutation false).
-//   - ValidationFailurePolicy (FailurePolicy() engine.FailurePolicy) on a validator: the
-//     validating webhook's failurePolicy. Default: Fail.
+// # Webhook groups
 //
-// When several policies share an entry, /katalog/<entry> merges their statistics: the
+// Configurations groups policies by what a webhook must say (failure policy,
+// reinvocation, timeout): each group is one webhook calling /mutate/<group> (or
+// /validate/<group>), where the server runs that group's policies only, so that one
+// group's failure policy never decides for another's policies. /mutate and /validate
+// without a group run every policy, for configurations written by hand. A group no
+// loaded policy belongs to (a configuration not yet updated) admits the object unchanged.
+//
+// When several policies share a statistics entry, their statistics are merged: the
 // members of every statistics object are combined into one object; statistics that are
 // not JSON objects are placed under the policy's ID.
 package webhook
 
-import (
-	"time"
-
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/morph-dev/morph/internal/engine"
-)
-
-// TimeoutPolicy is implemented by a policy with its own deadline.
-type TimeoutPolicy interface {
-	Timeout() time.Duration
-}
-
-// ResourceLister is implemented by a policy that knows the resources (plural names) of
-// the kinds it targets.
-type ResourceLister interface {
-	Resources() []schema.GroupVersionResource
-}
-
-// StatsProvider is implemented by a policy that keeps statistics (Katalog conversion and
-// mutation counters). Stats must be safe to call concurrently with requests and must
-// return a value encoding/json can marshal.
-type StatsProvider interface {
-	Stats() any
-}
-
-// EntryNamer is implemented by a policy compiled from a named entry (a Katalog CRD entry).
-type EntryNamer interface {
-	Entry() string
-}
-
-// EntryStatsProvider is implemented by a policy that keeps statistics for several named
-// entries.
-type EntryStatsProvider interface {
-	EntryStats() map[string]any
-}
-
-// FailureDescriber is implemented by a policy whose dialect prescribes the log line of
-// its failure at admission (Katalog, spec 000: "admission/mutate: error applying rules —
-// allowing without mutation kind=... name=... err=...").
-type FailureDescriber interface {
-	DescribeFailure(kind, name string, err error) string
-}
-
-// AdmissionApplier is implemented by a mutator or validator that may be turned off at
-// admission (Kyverno evaluation.admission.enabled, Katalog webhooks.mutation and
-// webhooks.validation).
-type AdmissionApplier interface {
-	AppliesAtAdmission() bool
-}
-
-// ValidationFailurePolicy is implemented by a validator that says what the API server
-// does when the validating webhook cannot be reached.
-type ValidationFailurePolicy interface {
-	FailurePolicy() engine.FailurePolicy
-}
+import "github.com/morph-dev/morph/internal/request"
 
 // NamespaceLookup finds the Namespace object a namespaced request's object lives in, for
 // policies with a namespaceSelector. *objects.Store implements it for --context objects;
 // a cluster implementation reads an informer's cache.
-type NamespaceLookup interface {
-	Namespace(name string) (map[string]any, bool)
-}
+type NamespaceLookup = request.NamespaceLookup

@@ -112,20 +112,86 @@ func (m *labelMutator) Mutate(ctx context.Context, req *engine.Request, obj map[
 	return out, nil
 }
 
+// fakeMutator is a test mutator; mutators turns fakes into a bundle's mutators.
+type fakeMutator interface{ mutator() engine.Mutator }
+
+func mutators(ms ...fakeMutator) []engine.Mutator {
+	out := make([]engine.Mutator, len(ms))
+	for i, m := range ms {
+		out[i] = m.mutator()
+	}
+	return out
+}
+
+func (m *labelMutator) descriptor() engine.Descriptor {
+	return engine.Descriptor{ID: m.ID(), Targets: m.Targets(), Reinvocation: m.reinvoke, FailurePolicy: m.failure}
+}
+
+func (m *labelMutator) mutator() engine.Mutator {
+	return engine.Mutator{Descriptor: m.descriptor(), Mutate: m.mutate}
+}
+
+// mutate is Matches, then Mutate.
+func (m *labelMutator) mutate(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+	if ok, err := m.Matches(ctx, req, obj); err != nil || !ok {
+		return obj, err
+	}
+	return m.Mutate(ctx, req, obj, w)
+}
+
 // timedMutator is a labelMutator with its own deadline.
 type timedMutator struct {
 	*labelMutator
 	timeout time.Duration
 }
 
-func (m *timedMutator) Timeout() time.Duration { return m.timeout }
+func (m *timedMutator) mutator() engine.Mutator {
+	d := m.descriptor()
+	d.Timeout = m.timeout
+	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
+}
 
-// panicFinalizer panics, which the engine does not recover.
-type panicFinalizer struct{}
-
-func (panicFinalizer) Name() string { return "panic-finalizer" }
-func (panicFinalizer) Finalize(context.Context, *engine.Request, map[string]any, []engine.Change, *engine.Writer) (map[string]any, []string, error) {
+// panicFinalizer panics; the engine turns that into the request's error.
+var panicFinalizer = engine.Finalizer{Name: "panic-finalizer", Finalize: func(context.Context, *engine.Request, map[string]any, []engine.Change, *engine.Writer) (map[string]any, error) {
 	panic("finalizer exploded")
+}}
+
+func finalizers(fs ...engine.Finalizer) []engine.Finalizer { return fs }
+
+// fakeValidator is a test validator; validators turns fakes into a bundle's validators.
+type fakeValidator interface{ validator() engine.Validator }
+
+func validators(vs ...fakeValidator) []engine.Validator {
+	out := make([]engine.Validator, len(vs))
+	for i, v := range vs {
+		out[i] = v.validator()
+	}
+	return out
+}
+
+func (v *labelValidator) validator() engine.Validator {
+	return engine.Validator{Descriptor: engine.Descriptor{ID: v.ID(), Targets: v.Targets(), FailurePolicy: engine.FailClose}, Validate: v.Validate}
+}
+
+// fakeConverter is a test converter; converters turns fakes into a bundle's converters.
+type fakeConverter interface{ converter() engine.Converter }
+
+func converters(cs ...fakeConverter) []engine.Converter {
+	out := make([]engine.Converter, len(cs))
+	for i, c := range cs {
+		out[i] = c.converter()
+	}
+	return out
+}
+
+func (c *versionConverter) converter() engine.Converter {
+	return engine.Converter{
+		Descriptor: engine.Descriptor{ID: c.ID(), Stats: &engine.Stats{Route: "katalog", Entries: func() map[string]any {
+			return map[string]any{c.Entry(): c.Stats()}
+		}}},
+		GroupKind: c.GroupKind(),
+		Convert:   c.Convert,
+	}
 }
 
 // labelValidator reports a violation when the object has the label key.

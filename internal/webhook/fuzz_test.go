@@ -8,7 +8,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
-	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/policy"
 )
 
@@ -22,8 +21,8 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"version":"v1","kind":"Pod"},"operation":"CREATE","object":{"n":1e400}}}`))
 	f.Add([]byte(`{`))
 	s := newTestServer(f, &policy.Bundle{
-		Mutators:   []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}},
-		Validators: []engine.Validator{&labelValidator{name: "no-debug", key: "debug", deny: true}, &labelValidator{name: "warn-team", key: "team"}},
+		Mutators:   mutators(&labelMutator{name: "team", key: "team", value: "a"}),
+		Validators: validators(&labelValidator{name: "no-debug", key: "debug", deny: true}, &labelValidator{name: "warn-team", key: "team"}),
 	})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, path := range []string{"/mutate", "/validate"} {
@@ -50,7 +49,7 @@ func FuzzConversionReview(f *testing.F) {
 	f.Add(conversionBody(f, "seed", "demo.morph.dev/v2", widget("v1", "a", map[string]any{"size": 1})))
 	f.Add(conversionBody(f, "seed", "demo.morph.dev/v1", widget("v2", "a", map[string]any{"replicas": 1}), widget("v1", "b", nil)))
 	f.Add([]byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u","desiredAPIVersion":"a/b/c","objects":[1]}}`))
-	s := newTestServer(f, &policy.Bundle{Converters: []engine.Converter{&versionConverter{}}})
+	s := newTestServer(f, &policy.Bundle{Converters: converters(&versionConverter{})})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := post(t, s.Handler(), "/convert", body)
 		switch w.Code {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -47,19 +48,27 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	s.writeJSON(w, status, r)
 }
 
-func (s *Server) katalog(w http.ResponseWriter, r *http.Request) {
-	entry := strings.TrimPrefix(r.URL.Path, "/katalog/")
+// stats serves GET /<route>/<entry>: the statistics policies keep under a route of
+// their own (engine.Stats; Katalog's /katalog/<entry>, spec 003). It knows no route: a
+// path whose first segment no loaded policy's statistics use is 404.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	route, entry, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	rt := s.rt.Load()
-	if entry == "" || strings.Contains(entry, "/") || rt == nil {
+	if !ok || route == "" || entry == "" || strings.Contains(entry, "/") || rt == nil || rt.stats[route] == nil {
 		http.NotFound(w, r)
 		return
 	}
-	stats, found, err := rt.entryStats(entry)
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s is not allowed: use GET", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	stats, found, err := rt.entryStats(route, entry)
 	switch {
 	case !found:
-		http.Error(w, "no policy exposes statistics under entry "+entry, http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("no policy exposes statistics under %s/%s", route, entry), http.StatusNotFound)
 	case err != nil:
-		s.log.Error("encoding statistics", "entry", entry, "error", err)
+		s.log.Error("encoding statistics", "route", route, "entry", entry, "error", err)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
 		s.writeJSON(w, http.StatusOK, stats)

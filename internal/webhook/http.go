@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/morph-dev/morph/internal/engine"
 )
 
 // reply is a handler's answer: a JSON body with status 200, or an error status with a
@@ -33,6 +36,8 @@ func badRequest(format string, args ...any) reply {
 
 // call describes one review request, for its log line.
 type call struct {
+	// group is the webhook group of the path (/mutate/<group>), "" for every policy.
+	group                                 string
 	uid, kind, operation, namespace, name string
 	// err is a failure to log at error level even though the request was answered.
 	err error
@@ -52,7 +57,13 @@ func (s *Server) review(endpoint string, h reviewHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		c := &call{}
-		rep := s.answerReview(w, r, h, c)
+		var rep reply
+		if group, ok := pathGroup(r.URL.Path, endpoint); ok {
+			c.group = group
+			rep = s.answerReview(w, r, h, c)
+		} else {
+			rep = reply{status: http.StatusNotFound, message: fmt.Sprintf("%s is not a %s endpoint: use /%s or /%s/<group>", r.URL.Path, endpoint, endpoint, endpoint), outcome: outcomeBadRequest}
+		}
 		s.write(w, rep)
 		elapsed := time.Since(start)
 		s.metrics.requests.WithLabelValues(endpoint, rep.outcome).Inc()
@@ -76,6 +87,23 @@ func (s *Server) review(endpoint string, h reviewHandler) http.Handler {
 		}
 		s.log.Log(r.Context(), level, msg, attrs...)
 	})
+}
+
+// pathGroup reads the webhook group of a review path: "" for /<endpoint>, the group
+// for /<endpoint>/<group>; false for anything else.
+func pathGroup(path, endpoint string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/"+endpoint)
+	if !ok {
+		return "", false
+	}
+	if rest == "" {
+		return "", true
+	}
+	group, ok := strings.CutPrefix(rest, "/")
+	if !ok || group == "" || strings.Contains(group, "/") {
+		return "", false
+	}
+	return group, true
 }
 
 // maxPooledBody is the largest buffer kept for reuse: a rare huge review should not
@@ -149,7 +177,11 @@ func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHa
 	}
 	defer s.releaseBody(buf)
 	// Stop work early enough for the answer to reach the API server before it gives up.
-	ctx, cancel := context.WithTimeout(r.Context(), timeout-timeout/10)
+	reason := "--request-timeout " + timeout.String()
+	if r.URL.Query().Has("timeout") {
+		reason = "the API server's ?timeout=" + timeout.String()
+	}
+	ctx, cancel := engine.WithRequestDeadline(r.Context(), time.Now().Add(timeout-timeout/10), reason)
 	defer cancel()
 	return h(ctx, buf.Bytes(), c)
 }

@@ -28,7 +28,7 @@ func get(t *testing.T, h http.Handler, path string) string {
 }
 
 func TestErrorStatuses(t *testing.T) {
-	bundle := &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}}}
+	bundle := &policy.Bundle{Mutators: mutators(&labelMutator{name: "team", key: "team", value: "a"})}
 	s, err := New(Options{Source: bundleSource(bundle), Admission: true, Conversion: true, MaxBody: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +37,12 @@ func TestErrorStatuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	panics := newTestServer(t, &policy.Bundle{
-		Validators: []engine.Validator{&labelValidator{name: "explodes", key: "x", panics: true}},
-		Converters: []engine.Converter{&versionConverter{panics: true}},
+		Validators: validators(&labelValidator{name: "explodes", key: "x", panics: true}),
+		Converters: converters(&versionConverter{panics: true}),
 	})
 	finalizerPanics := newTestServer(t, &policy.Bundle{
-		Mutators:   []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}},
-		Finalizers: []engine.Finalizer{panicFinalizer{}},
+		Mutators:   mutators(&labelMutator{name: "team", key: "team", value: "a"}),
+		Finalizers: finalizers(panicFinalizer),
 	})
 	good := admissionBody(t, "u", pod(nil))
 	big := admissionBody(t, "u", pod(map[string]any{"big": strings.Repeat("x", 5000)}))
@@ -72,9 +72,11 @@ func TestErrorStatuses(t *testing.T) {
 		{name: "no content type", path: "/convert", contentType: "-", body: good, want: 415},
 		{name: "body over the limit", path: "/mutate", body: big, want: 413, message: "larger than 4096 bytes"},
 		{name: "chunked body over the limit", path: "/mutate", body: big, chunked: true, want: 413},
-		{name: "panicking validator", server: panics, path: "/validate", body: good, want: 500, message: "internal error"},
-		{name: "panicking converter", server: panics, path: "/convert", body: conversionBody(t, "c", "demo.morph.dev/v2", widget("v1", "a", map[string]any{})), want: 500},
-		{name: "panicking finalizer", server: finalizerPanics, path: "/mutate", body: good, want: 500},
+		// A policy's panic is that policy's error, answered by its failure policy, never a
+		// crash of the request.
+		{name: "panicking validator", server: panics, path: "/validate", body: good, want: 200, message: "Rule/explodes: validation skipped: panic: validator exploded"},
+		{name: "panicking converter", server: panics, path: "/convert", body: conversionBody(t, "c", "demo.morph.dev/v2", widget("v1", "a", map[string]any{})), want: 200, message: "with Conversion/widgets: panic: converter exploded"},
+		{name: "panicking finalizer", server: finalizerPanics, path: "/mutate", body: good, want: 200, message: "panic-finalizer: panic: finalizer exploded"},
 		{name: "unknown path", method: http.MethodGet, path: "/nope", want: 404},
 		{name: "content type with charset", path: "/mutate", contentType: "application/json; charset=utf-8", body: good, want: 200},
 	}
@@ -135,33 +137,33 @@ func TestDeadlines(t *testing.T) {
 	}{
 		{
 			name:     "a FailIgnore policy past the request deadline admits the object unchanged",
-			mutators: []engine.Mutator{&labelMutator{name: "slow", key: "x", value: "y", block: true}},
+			mutators: mutators(&labelMutator{name: "slow", key: "x", value: "y", block: true}),
 			path:     "/mutate?timeout=200ms",
 			allowed:  true,
-			warning:  "Label/slow skipped: context deadline exceeded",
+			warning:  "mutation did not finish in time (Label/slow: stopped: the request's deadline passed (the API server's ?timeout=200ms))",
 		},
 		{
 			name: "FailIgnore policies past the request deadline: the object is admitted unchanged",
-			mutators: []engine.Mutator{
+			mutators: mutators(
 				&labelMutator{name: "slow", key: "x", value: "y", block: true},
 				&labelMutator{name: "team", key: "team", value: "a"},
-			},
+			),
 			path:    "/mutate?timeout=200ms",
 			allowed: true,
 			warning: "did not finish in time",
 		},
 		{
 			name:     "a FailClose policy past the request deadline refuses with 504",
-			mutators: []engine.Mutator{&labelMutator{name: "slow", key: "x", value: "y", block: true, failure: engine.FailClose}},
+			mutators: mutators(&labelMutator{name: "slow", key: "x", value: "y", block: true, failure: engine.FailClose}),
 			path:     "/mutate?timeout=200ms",
 			code:     504,
 			message:  "did not finish in time",
 		},
 		{
 			name: "a FailClose policy past its own deadline refuses with 500 as its error, and the error is counted",
-			mutators: []engine.Mutator{
+			mutators: mutators(
 				&timedMutator{labelMutator: &labelMutator{name: "slow", key: "x", value: "y", block: true, failure: engine.FailClose}, timeout: 20 * time.Millisecond},
-			},
+			),
 			path:    "/mutate?timeout=10s",
 			code:    500,
 			message: "morph: Label/slow: ",
@@ -169,10 +171,10 @@ func TestDeadlines(t *testing.T) {
 		},
 		{
 			name: "a policy past its own deadline is skipped; the others still apply",
-			mutators: []engine.Mutator{
+			mutators: mutators(
 				&timedMutator{labelMutator: &labelMutator{name: "slow", key: "x", value: "y", block: true}, timeout: 20 * time.Millisecond},
 				&labelMutator{name: "team", key: "team", value: "a"},
-			},
+			),
 			path:    "/mutate?timeout=10s",
 			allowed: true,
 			warning: "Label/slow skipped",
@@ -255,10 +257,10 @@ func TestEndpointsFollowOptions(t *testing.T) {
 }
 
 func TestMetricsAndReadiness(t *testing.T) {
-	s := newTestServer(t, &policy.Bundle{Mutators: []engine.Mutator{
+	s := newTestServer(t, &policy.Bundle{Mutators: mutators(
 		&labelMutator{name: "team", key: "team", value: "a"},
 		&labelMutator{name: "broken", key: "b", value: "b", err: errors.New("nope")},
-	}})
+	)})
 	admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "m", pod(nil)))
 	post(t, s.Handler(), "/mutate", []byte("{"))
 	metrics := get(t, s.Handler(), "/metrics")
@@ -291,9 +293,11 @@ func TestMetricsAndReadiness(t *testing.T) {
 	}
 }
 
-func TestPanicIsLoggedWithUID(t *testing.T) {
+// TestPolicyPanicIsLoggedWithUID: a validator's panic skips its checks and is logged
+// with the request's uid.
+func TestPolicyPanicIsLoggedWithUID(t *testing.T) {
 	var logs bytes.Buffer
-	src := bundleSource(&policy.Bundle{Validators: []engine.Validator{&labelValidator{name: "explodes", key: "x", panics: true}}})
+	src := bundleSource(&policy.Bundle{Validators: validators(&labelValidator{name: "explodes", key: "x", panics: true})})
 	s, err := New(Options{Source: src, Admission: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -301,8 +305,8 @@ func TestPanicIsLoggedWithUID(t *testing.T) {
 	if err := s.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if w := post(t, s.Handler(), "/validate", admissionBody(t, "uid-of-the-panic", pod(nil))); w.Code != http.StatusInternalServerError {
-		t.Fatalf("status %d, want 500", w.Code)
+	if w := post(t, s.Handler(), "/validate", admissionBody(t, "uid-of-the-panic", pod(nil))); w.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200", w.Code)
 	}
 	var line struct {
 		Level, Msg, UID, Error string
@@ -311,11 +315,11 @@ func TestPanicIsLoggedWithUID(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &line); err != nil {
 			t.Fatal(err)
 		}
-		if line.Msg == "request failed" {
+		if line.Msg == "validation skipped" {
 			break
 		}
 	}
-	if line.Level != "ERROR" || line.UID != "uid-of-the-panic" || !strings.Contains(line.Error, "validator exploded") {
+	if line.Level != "WARN" || line.UID != "uid-of-the-panic" || !strings.Contains(line.Error, "validator exploded") {
 		t.Errorf("log line = %+v, want an error naming the uid and the panic", line)
 	}
 }
@@ -323,7 +327,7 @@ func TestPanicIsLoggedWithUID(t *testing.T) {
 // TestLargeAnswerIsNotChunked: an answer over net/http's 2 KiB buffer still goes out with
 // its Content-Length, in one piece, not in chunks.
 func TestLargeAnswerIsNotChunked(t *testing.T) {
-	s := newTestServer(t, &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "long", key: "long", value: strings.Repeat("x", 4000)}}})
+	s := newTestServer(t, &policy.Bundle{Mutators: mutators(&labelMutator{name: "long", key: "long", value: strings.Repeat("x", 4000)})})
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/mutate", "application/json", bytes.NewReader(admissionBody(t, "big", pod(nil))))

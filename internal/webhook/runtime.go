@@ -1,12 +1,11 @@
 package webhook
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
-
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/engine"
 )
@@ -14,19 +13,23 @@ import (
 // runtime is everything built from one snapshot. It is immutable once built and swapped
 // as a whole, so that a request sees one consistent policy set from start to end.
 type runtime struct {
-	set        *engine.Set
-	validators *engine.Validators
-	converters map[schema.GroupKind]engine.Converter
-	namespaces NamespaceLookup
+	// set holds every policy that runs at admission: what /mutate runs.
+	set *engine.Set
+	// groups hold the same policies by webhook group: what /mutate/<group> runs.
+	groups      map[string]*engine.Set
+	validators  *engine.Validators
+	valGroups   map[string]*engine.Validators
+	conversions *engine.Conversions
+	namespaces  NamespaceLookup
 	// failure is the failure policy of every mutator, by ID, to answer a deadline.
 	failure map[engine.ID]engine.FailurePolicy
-	// describers are the mutators that word their own failure's log line.
-	describers map[engine.ID]FailureDescriber
-	// entries maps a /katalog entry to the policies exposing statistics under it.
-	entries map[string][]statsSource
-	counts  PolicyCounts
-	notes   []string
-	loaded  time.Time
+	// describers word the log line of a policy's failure, for the policies that do.
+	describers map[engine.ID]func(kind, name string, err error) string
+	// stats are the statistics sources by route and entry.
+	stats  map[string]map[string][]statsSource
+	counts PolicyCounts
+	notes  []string
+	loaded time.Time
 }
 
 // PolicyCounts is how many compiled policies of each sort a runtime serves (mutators
@@ -39,114 +42,127 @@ type PolicyCounts struct {
 }
 
 type statsSource struct {
-	id    engine.ID
-	stats StatsProvider
+	id      engine.ID
+	entries func() map[string]any
 }
 
 // newRuntime builds the engine structures of a snapshot.
 func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 	b := snap.Bundle
 	rt := &runtime{
-		converters: make(map[schema.GroupKind]engine.Converter, len(b.Converters)),
 		namespaces: snap.Namespaces,
 		failure:    make(map[engine.ID]engine.FailurePolicy, len(b.Mutators)),
-		entries:    map[string][]statsSource{},
+		describers: map[engine.ID]func(string, string, error) string{},
+		stats:      map[string]map[string][]statsSource{},
 		counts: PolicyCounts{
-			Mutators: len(b.Mutators), Finalizers: len(b.Finalizers),
-			Validators: len(b.Validators), Converters: len(b.Converters),
+			Finalizers: len(b.Finalizers), Validators: len(b.Validators), Converters: len(b.Converters),
 		},
 		notes:  snap.Notes,
 		loaded: now,
 	}
-	mutators := make([]engine.Mutator, 0, len(b.Mutators))
+	var mutators []engine.Mutator
+	byGroup := map[string][]engine.Mutator{}
 	for _, m := range b.Mutators {
-		rt.addStats(m.ID(), m)
-		if !atAdmission(m) {
+		rt.addStats(m.Descriptor)
+		if m.AdmissionOff {
 			continue
 		}
-		rt.failure[m.ID()] = m.FailurePolicy()
-		if d, ok := m.(FailureDescriber); ok {
-			if rt.describers == nil {
-				rt.describers = map[engine.ID]FailureDescriber{}
-			}
-			rt.describers[m.ID()] = d
+		rt.failure[m.ID] = m.FailurePolicy
+		if m.DescribeFailure != nil {
+			rt.describers[m.ID] = m.DescribeFailure
 		}
-		mutators = append(mutators, withDeadline(m))
+		mutators = append(mutators, m)
+		g := MutationGroup(m.Descriptor)
+		byGroup[g] = append(byGroup[g], m)
 	}
 	rt.counts.Mutators = len(mutators)
-	set, err := engine.NewSet(mutators, b.Finalizers...)
-	if err != nil {
+	var err error
+	if rt.set, err = engine.NewSet(mutators, b.Finalizers...); err != nil {
 		return nil, fmt.Errorf("building the policy set: %w", err)
 	}
-	rt.set = set
-	validators := make([]engine.Validator, 0, len(b.Validators))
-	for _, v := range b.Validators {
-		rt.addStats(v.ID(), v)
-		if atAdmission(v) {
-			validators = append(validators, v)
+	rt.groups = make(map[string]*engine.Set, len(byGroup))
+	for g, ms := range byGroup {
+		if rt.groups[g], err = engine.NewSet(ms, b.Finalizers...); err != nil {
+			return nil, fmt.Errorf("building the policy set of webhook group %s: %w", g, err)
 		}
 	}
-	rt.validators = engine.NewValidators(validators)
-	for _, c := range b.Converters {
-		gk := c.GroupKind()
-		if prev, dup := rt.converters[gk]; dup {
-			return nil, fmt.Errorf("%s and %s both convert %s: keep one conversion policy per kind", prev.ID(), c.ID(), gk)
+	var validators []engine.Validator
+	valByGroup := map[string][]engine.Validator{}
+	for _, v := range b.Validators {
+		rt.addStats(v.Descriptor)
+		if v.AdmissionOff {
+			continue
 		}
-		rt.converters[gk] = c
-		rt.addStats(c.ID(), c)
+		validators = append(validators, v)
+		g := ValidationGroup(v.Descriptor)
+		valByGroup[g] = append(valByGroup[g], v)
+	}
+	rt.validators = engine.NewValidators(validators)
+	rt.valGroups = make(map[string]*engine.Validators, len(valByGroup))
+	for g, vs := range valByGroup {
+		rt.valGroups[g] = engine.NewValidators(vs)
+	}
+	for _, c := range b.Converters {
+		rt.addStats(c.Descriptor)
+	}
+	if rt.conversions, err = engine.NewConversions(b.Converters); err != nil {
+		return nil, err
 	}
 	return rt, nil
 }
 
-// atAdmission reports whether a mutator or validator runs at admission (see
-// AdmissionApplier).
-func atAdmission(m any) bool {
-	a, ok := m.(AdmissionApplier)
-	return !ok || a.AppliesAtAdmission()
+// mutationSet is what /mutate (group "") or /mutate/<group> runs; nil for a group no
+// policy of this runtime belongs to.
+func (rt *runtime) mutationSet(group string) *engine.Set {
+	if group == "" {
+		return rt.set
+	}
+	return rt.groups[group]
 }
 
-func (rt *runtime) addStats(id engine.ID, policy any) {
-	if multi, ok := policy.(EntryStatsProvider); ok {
-		for entry := range multi.EntryStats() {
-			rt.entries[entry] = append(rt.entries[entry], statsSource{id: id, stats: entryStats{multi, entry}})
-		}
+// validatorsOf is what /validate (group "") or /validate/<group> runs.
+func (rt *runtime) validatorsOf(group string) *engine.Validators {
+	if group == "" {
+		return rt.validators
 	}
-	sp, ok := policy.(StatsProvider)
-	if !ok {
+	if v := rt.valGroups[group]; v != nil {
+		return v
+	}
+	return engine.NewValidators(nil)
+}
+
+func (rt *runtime) addStats(d engine.Descriptor) {
+	if d.Stats == nil || d.Stats.Route == "" || d.Stats.Entries == nil {
 		return
 	}
-	entry := id.Name
-	if en, ok := policy.(EntryNamer); ok && en.Entry() != "" {
-		entry = en.Entry()
+	route := rt.stats[d.Stats.Route]
+	if route == nil {
+		route = map[string][]statsSource{}
+		rt.stats[d.Stats.Route] = route
 	}
-	rt.entries[entry] = append(rt.entries[entry], statsSource{id: id, stats: sp})
+	for entry := range d.Stats.Entries() {
+		route[entry] = append(route[entry], statsSource{id: d.ID, entries: d.Stats.Entries})
+	}
 }
 
-// entryStats reads one entry of an EntryStatsProvider.
-type entryStats struct {
-	p     EntryStatsProvider
-	entry string
-}
+// statsRoutes lists the routes statistics are served under, sorted.
+func (rt *runtime) statsRoutes() []string { return slices.Sorted(maps.Keys(rt.stats)) }
 
-func (e entryStats) Stats() any { return e.p.EntryStats()[e.entry] }
-
-// entryStats merges the statistics of one entry into one JSON object.
-func (rt *runtime) entryStats(entry string) (map[string]any, bool, error) {
-	sources, ok := rt.entries[entry]
+// entryStats merges the statistics of one entry of a route into one JSON object.
+func (rt *runtime) entryStats(route, entry string) (map[string]any, bool, error) {
+	sources, ok := rt.stats[route][entry]
 	if !ok {
 		return nil, false, nil
 	}
 	out := map[string]any{}
 	for _, s := range sources {
-		data, err := json.Marshal(s.stats.Stats())
+		data, err := json.Marshal(s.entries()[entry])
 		if err != nil {
 			return nil, true, fmt.Errorf("statistics of %s: %w", s.id, err)
 		}
 		var obj map[string]any
 		if json.Unmarshal(data, &obj) == nil && obj != nil {
-			for k, v := range obj {
-				out[k] = v
-			}
+			maps.Copy(out, obj)
 			continue
 		}
 		out[s.id.String()] = json.RawMessage(data)
@@ -162,31 +178,4 @@ func (rt *runtime) failClose(ids []engine.ID) bool {
 		}
 	}
 	return false
-}
-
-// withDeadline bounds each call of a mutator that asks for its own deadline.
-func withDeadline(m engine.Mutator) engine.Mutator {
-	tp, ok := m.(TimeoutPolicy)
-	if !ok || tp.Timeout() <= 0 {
-		return m
-	}
-	return &deadlineMutator{Mutator: m, timeout: tp.Timeout()}
-}
-
-// deadlineMutator runs Matches and Mutate of its mutator under the policy's deadline.
-type deadlineMutator struct {
-	engine.Mutator
-	timeout time.Duration
-}
-
-func (d *deadlineMutator) Matches(ctx context.Context, req *engine.Request, obj map[string]any) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Mutator.Matches(ctx, req, obj)
-}
-
-func (d *deadlineMutator) Mutate(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Mutator.Mutate(ctx, req, obj, w)
 }

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/policy"
 )
 
@@ -200,7 +199,7 @@ func startServer(t *testing.T, s *Server, http2 bool) (string, *http.Client, fun
 
 func TestServeDrainsInFlightRequestsOnShutdown(t *testing.T) {
 	slow := &labelMutator{name: "slow", key: "team", value: "a", sleep: 400 * time.Millisecond, started: make(chan struct{}, 1)}
-	s, err := New(Options{Source: bundleSource(&policy.Bundle{Mutators: []engine.Mutator{slow}}), Admission: true})
+	s, err := New(Options{Source: bundleSource(&policy.Bundle{Mutators: mutators(slow)}), Admission: true})
 	if err != nil {
 		t.Fatal(err)
 	}

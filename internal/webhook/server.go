@@ -101,7 +101,9 @@ func New(opts Options) (*Server, error) {
 	mux := http.NewServeMux()
 	if opts.Admission {
 		mux.Handle("/mutate", s.review("mutate", s.mutate))
+		mux.Handle("/mutate/", s.review("mutate", s.mutate))
 		mux.Handle("/validate", s.review("validate", s.validate))
+		mux.Handle("/validate/", s.review("validate", s.validate))
 	}
 	if opts.Conversion {
 		mux.Handle("/convert", s.review("convert", s.convert))
@@ -109,7 +111,8 @@ func New(opts Options) (*Server, error) {
 	mux.Handle("/healthz", s.get(s.healthz))
 	mux.Handle("/readyz", s.get(s.readyz))
 	mux.Handle("/metrics", s.get(promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelError)}).ServeHTTP))
-	mux.Handle("/katalog/", s.get(s.katalog))
+	// Every other path: statistics under the routes the loaded policies name.
+	mux.Handle("/", http.HandlerFunc(s.stats))
 	s.handler = mux
 	return s, nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 )
@@ -35,7 +34,7 @@ func (d labelDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			continue
 		}
 		nsLabel, _ := spec["namespaceLabel"].(string)
-		b.Mutators = append(b.Mutators, &labelMutator{name: doc.Name(), key: key, value: value, nsLabel: nsLabel})
+		b.Mutators = append(b.Mutators, (&labelMutator{name: doc.Name(), key: key, value: value, nsLabel: nsLabel}).mutator())
 	}
 	return b, errors.Join(errs...)
 }
@@ -207,7 +206,7 @@ func TestFirstLoadFailureThenRecovery(t *testing.T) {
 }
 
 func TestDuplicatePoliciesFailTheLoad(t *testing.T) {
-	b := &policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "x", key: "a"}, &labelMutator{name: "x", key: "b"}}}
+	b := &policy.Bundle{Mutators: mutators(&labelMutator{name: "x", key: "a"}, &labelMutator{name: "x", key: "b"})}
 	s, err := New(Options{Source: bundleSource(b), Admission: true})
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +214,7 @@ func TestDuplicatePoliciesFailTheLoad(t *testing.T) {
 	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), "Label/x") {
 		t.Errorf("Reload = %v, want an error naming Label/x", err)
 	}
-	two := &policy.Bundle{Converters: []engine.Converter{&versionConverter{}, &versionConverter{}}}
+	two := &policy.Bundle{Converters: converters(&versionConverter{}, &versionConverter{})}
 	if _, err := newRuntime(&Snapshot{Bundle: two}, time.Now()); err == nil {
 		t.Error("two converters of one kind were accepted")
 	}
@@ -265,7 +264,7 @@ func TestPollClearsAReadErrorWhenTheSourceReadsAgain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := bundleSource(&policy.Bundle{Mutators: []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}}})
+			src := bundleSource(&policy.Bundle{Mutators: mutators(&labelMutator{name: "team", key: "team", value: "a"})})
 			src.fp = 1
 			s, err := New(Options{Source: src, Admission: true})
 			if err != nil {

@@ -16,7 +16,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/policy"
 )
 
@@ -82,8 +81,8 @@ func stormCases(t *testing.T, rng *rand.Rand, limit int) []stormCase {
 func TestMalformedReviewStorm(t *testing.T) {
 	const limit = 2 << 20
 	s, err := New(Options{Source: bundleSource(&policy.Bundle{
-		Mutators:   []engine.Mutator{&labelMutator{name: "team", key: "team", value: "a"}},
-		Validators: []engine.Validator{&labelValidator{name: "no-debug", key: "debug", deny: true}},
+		Mutators:   mutators(&labelMutator{name: "team", key: "team", value: "a"}),
+		Validators: validators(&labelValidator{name: "no-debug", key: "debug", deny: true}),
 	}), Admission: true, MaxBody: limit})
 	if err != nil {
 		t.Fatal(err)

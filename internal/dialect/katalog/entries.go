@@ -121,4 +121,3 @@ func (e *Entry) Status() Status {
 // StatusJSON encodes Status, with the conversion statistics in spec 003's shape under
 // "conversion".
 func (e *Entry) StatusJSON() ([]byte, error) { return json.Marshal(e.Status()) }
-
