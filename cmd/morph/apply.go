@@ -19,6 +19,7 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+	"github.com/morph-dev/morph/internal/request"
 )
 
 type applyOptions struct {
@@ -114,10 +115,8 @@ func (o *applyOptions) validate() error {
 
 // runtime is everything loaded from the command line.
 type runtime struct {
-	store       *objects.Store
-	set         *engine.Set
-	validators  *engine.Validators
-	mutateFirst map[engine.ID]bool
+	store    *objects.Store
+	policies request.Policies
 }
 
 // loadRuntime reads context and policies. Every problem is printed; the error only
@@ -167,13 +166,7 @@ func loadRuntime(newLoader func(*objects.Store) *policy.Loader, policyPaths, con
 	if err != nil {
 		return nil, err
 	}
-	rt := &runtime{store: store, set: set, validators: engine.NewValidators(bundle.Validators), mutateFirst: map[engine.ID]bool{}}
-	for _, v := range bundle.Validators {
-		if mf, ok := v.(interface{ MutateFirst() bool }); ok && mf.MutateFirst() {
-			rt.mutateFirst[v.ID()] = true
-		}
-	}
-	return rt, nil
+	return &runtime{store: store, policies: request.Policies{Set: set, Validators: engine.NewValidators(bundle.Validators)}}, nil
 }
 
 func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -204,17 +197,9 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
-	var existingSet *engine.Set
-	if len(existing) > 0 {
-		var ms []engine.Mutator
-		for _, m := range rt.set.Mutators() {
-			if mutatesExisting(m) {
-				ms = append(ms, m)
-			}
-		}
-		if existingSet, err = engine.NewSet(ms); err != nil {
-			return err
-		}
+	mode := request.Admission
+	if o.mode == "reconcile" {
+		mode = request.Reconcile
 	}
 
 	var outputs []map[string]any
@@ -233,14 +218,18 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			failed++
 			continue
 		}
-		evalCtx, notes := explainRecorder(ctx)
 		var res *engine.Result
 		var violations []engine.Violation
 		if isExisting {
-			req.OldObject = req.Object
-			res, err = existingSet.Mutate(existingContext(evalCtx), req)
+			// An existing object is mutated as the background controller does: by the
+			// policies that mutate existing objects, as an update of itself.
+			req.OldObject, req.Background = req.Object, true
+			res, err = rt.policies.Set.Mutate(ctx, req)
 		} else {
-			res, violations, err = o.evaluate(evalCtx, rt, req)
+			var ev *request.Evaluation
+			if ev, err = request.Evaluate(ctx, rt.policies, req, mode); err == nil {
+				res, violations = ev.Result, ev.Violations
+			}
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
@@ -260,7 +249,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			}
 		}
 		if o.explain {
-			explain(stderr, d, res, notes(rt.set, res))
+			explain(stderr, d, res)
 		}
 		if deniedHere {
 			denied++
@@ -284,42 +273,6 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 		return deniedError{denied}
 	}
 	return nil
-}
-
-// evaluate mutates and validates one object in the order the mode asks for.
-func (o *applyOptions) evaluate(ctx context.Context, rt *runtime, req *engine.Request) (*engine.Result, []engine.Violation, error) {
-	var before []engine.Violation
-	if o.mode == "reconcile" {
-		// At reconcile time validation runs first, except for policies that ask for
-		// mutation first; those validate the mutated object below.
-		vs, warnings, _ := rt.validators.Validate(ctx, req, req.Object) // failures are among the warnings printed
-		for _, v := range vs {
-			if !rt.mutateFirst[v.ID] {
-				before = append(before, v)
-			}
-		}
-		for _, v := range before {
-			if v.Deny {
-				return &engine.Result{Object: req.Object, Warnings: warnings}, before, nil
-			}
-		}
-	}
-	res, err := rt.set.Mutate(ctx, req)
-	if err != nil {
-		return nil, nil, err
-	}
-	after, warnings, _ := rt.validators.Validate(ctx, req, res.Object)
-	res.Warnings = append(res.Warnings, warnings...)
-	if o.mode == "reconcile" {
-		kept := before
-		for _, v := range after {
-			if rt.mutateFirst[v.ID] {
-				kept = append(kept, v)
-			}
-		}
-		return res, kept, nil
-	}
-	return res, after, nil
 }
 
 func (o *applyOptions) request(store *objects.Store, d policy.Document, op engine.Operation, olds []policy.Document, user engine.UserInfo) (*engine.Request, error) {
@@ -346,20 +299,6 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 	if req.Source == engine.SourceAll {
 		req.Source = engine.SourceOriginal
 	}
-	if gvk.Group == "" && gvk.Kind == "Namespace" {
-		req.NamespaceObject = obj
-	} else if ns != "" {
-		if nsObj, ok := store.Namespace(ns); ok {
-			req.NamespaceObject = nsObj
-		} else {
-			// The API server labels every Namespace with its name; a Namespace not
-			// given as context is taken to carry only that label.
-			req.NamespaceObject = map[string]any{
-				"apiVersion": "v1", "kind": "Namespace",
-				"metadata": map[string]any{"name": ns, "labels": map[string]any{"kubernetes.io/metadata.name": ns}},
-			}
-		}
-	}
 	for _, old := range olds {
 		if old.APIVersion() == d.APIVersion() && old.Kind() == d.Kind() && old.Name() == d.Name() &&
 			(old.Namespace() == d.Namespace() || old.Namespace() == ns) {
@@ -373,6 +312,7 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 	if op == engine.Delete && req.OldObject == nil {
 		req.OldObject = obj
 	}
+	req.NamespaceObject = request.NamespaceObject(store, gvk, ns, req.Object, req.OldObject)
 	return req, nil
 }
 
@@ -464,7 +404,7 @@ func objectName(d policy.Document) string {
 	return fmt.Sprintf("%s %s", d.Kind(), d.Name())
 }
 
-func explain(w io.Writer, d policy.Document, res *engine.Result, notes []string) {
+func explain(w io.Writer, d policy.Document, res *engine.Result) {
 	mutated := res.Mutated()
 	fmt.Fprintf(w, "%s (%s): ", objectName(d), d.Where())
 	if len(mutated) == 0 {
@@ -478,7 +418,20 @@ func explain(w io.Writer, d policy.Document, res *engine.Result, notes []string)
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "  skipped %s: %v\n", f.ID, f.Err)
 	}
-	for _, note := range notes {
-		fmt.Fprintf(w, "  %s\n", note)
+	for _, n := range res.Notes {
+		fmt.Fprintf(w, "  %s\n", explainNote(n))
 	}
+}
+
+// explainNote words a policy's note for --explain.
+func explainNote(n engine.Note) string {
+	switch n.Kind {
+	case engine.NoteEvent:
+		return fmt.Sprintf("event Normal %s: %s", n.Reason, n.Message)
+	case engine.NoteExemption:
+		return fmt.Sprintf("exempted from %s: %s", n.ID, n.Message)
+	case engine.NoteSkipped:
+		return fmt.Sprintf("%s: part skipped (%s): %s", n.ID, n.Reason, n.Message)
+	}
+	return n.String()
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/morph-dev/morph/internal/dialect/katalog"
@@ -122,7 +121,7 @@ func (o *convertOptions) run(ctx context.Context, stdin io.Reader, stdout, stder
 
 // load compiles the Katalogs, with the context objects and the non-Katalog documents
 // among the policies as context.
-func (o *convertOptions) load(stdin io.Reader, stderr io.Writer) (map[schema.GroupKind]engine.Converter, error) {
+func (o *convertOptions) load(stdin io.Reader, stderr io.Writer) (*engine.Conversions, error) {
 	store := objects.NewStore()
 	ctxDocs, err := policy.Read(o.contexts, stdin)
 	if err != nil {
@@ -156,32 +155,13 @@ func (o *convertOptions) load(stdin io.Reader, stderr io.Writer) (map[schema.Gro
 	if len(bundle.Converters) == 0 {
 		return nil, fmt.Errorf("the Katalogs in %s declare no conversion paths", strings.Join(o.policies, ", "))
 	}
-	byGK := make(map[schema.GroupKind]engine.Converter, len(bundle.Converters))
-	for _, c := range bundle.Converters {
-		byGK[c.GroupKind()] = c
-	}
-	return byGK, nil
+	return engine.NewConversions(bundle.Converters)
 }
 
-// convertDocument converts one object to target (GROUP/VERSION or VERSION).
-func convertDocument(ctx context.Context, converters map[schema.GroupKind]engine.Converter, d policy.Document, target string) (map[string]any, error) {
-	gv, err := schema.ParseGroupVersion(d.APIVersion())
-	if err != nil {
-		return nil, d.Wrap("apiVersion", err)
-	}
-	to := target
-	if !strings.Contains(to, "/") {
-		to = schema.GroupVersion{Group: gv.Group, Version: target}.String()
-	}
-	gk := schema.GroupKind{Group: gv.Group, Kind: d.Kind()}
-	conv, ok := converters[gk]
-	if !ok {
-		if d.APIVersion() == to {
-			return d.Object, nil
-		}
-		return nil, d.Errorf("", "no Katalog declares conversion paths for %s", gk)
-	}
-	out, err := conv.Convert(ctx, d.Object, to)
+// convertDocument converts one object to target (GROUP/VERSION or VERSION) with the
+// one conversion function the webhook's /convert uses too.
+func convertDocument(ctx context.Context, conversions *engine.Conversions, d policy.Document, target string) (map[string]any, error) {
+	out, _, err := conversions.Convert(ctx, d.Object, target)
 	if err != nil {
 		return nil, d.Wrap("", err)
 	}

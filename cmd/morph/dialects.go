@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -10,7 +8,6 @@ import (
 	"github.com/morph-dev/morph/internal/dialect/cel"
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
 	"github.com/morph-dev/morph/internal/dialect/katalog"
-	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 )
@@ -44,45 +41,4 @@ func addDialectCommands(root *cobra.Command, newLoader func(*objects.Store) *pol
 		newGenerateWebhooksCommand(newLoader, stdout, stderr),
 	)
 	root.AddCommand(generate)
-}
-
-// explainRecorder prepares ctx so that the dialects record, for one object, what
-// --explain reports beyond the engine's trace, and returns the function that turns the
-// record into lines: the event a Katalog entry emits for the defaults it applied (spec
-// 000: "defaults applied: spec.replicas=..."), the CEL PolicyExceptions that exempted
-// the object.
-func explainRecorder(ctx context.Context) (context.Context, func(*engine.Set, *engine.Result) []string) {
-	trace := &cel.Trace{}
-	return cel.WithTrace(ctx, trace), func(set *engine.Set, res *engine.Result) []string {
-		notes := explainNotes(set, res)
-		for _, e := range trace.Exemptions() {
-			notes = append(notes, fmt.Sprintf("exempted from %s by PolicyException %s/%s", e.Policy, e.Namespace, e.Exception))
-		}
-		return notes
-	}
-}
-
-// existingContext marks ctx as the mutation of existing objects (morph apply --existing,
-// the background controller).
-func existingContext(ctx context.Context) context.Context { return cel.ExistingContext(ctx) }
-
-// mutatesExisting reports whether a mutator runs on existing objects: Kyverno
-// MutatingPolicies with evaluation.mutateExisting.enabled.
-func mutatesExisting(m engine.Mutator) bool {
-	e, ok := m.(interface{ MutatesExisting() bool })
-	return ok && e.MutatesExisting()
-}
-
-func explainNotes(set *engine.Set, res *engine.Result) []string {
-	var notes []string
-	for _, m := range set.Mutators() {
-		km, ok := m.(*katalog.Mutator)
-		if !ok {
-			continue
-		}
-		if text := km.Event(res); text != "" {
-			notes = append(notes, fmt.Sprintf("event Normal %s: %s", km.Entry().EventReason(), text))
-		}
-	}
-	return notes
 }

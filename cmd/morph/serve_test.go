@@ -61,7 +61,11 @@ func (serveTestDialect) Compile(docs []policy.Document) (*policy.Bundle, error) 
 			continue
 		}
 		failClose, _ := spec["failClose"].(bool)
-		b.Mutators = append(b.Mutators, &serveTestMutator{name: d.Name(), key: key, value: value, ops: opSet, failClose: failClose})
+		m := &serveTestMutator{name: d.Name(), key: key, value: value, ops: opSet, failClose: failClose}
+		b.Mutators = append(b.Mutators, engine.Mutator{
+			Descriptor: engine.Descriptor{ID: m.ID(), Targets: m.Targets(), Reinvocation: m.Reinvocation(), FailurePolicy: m.FailurePolicy()},
+			Mutate:     m.Mutate,
+		})
 	}
 	return b, errors.Join(errs...)
 }
@@ -84,9 +88,6 @@ func (m *serveTestMutator) FailurePolicy() engine.FailurePolicy {
 		return engine.FailClose
 	}
 	return engine.FailIgnore
-}
-func (m *serveTestMutator) Matches(context.Context, *engine.Request, map[string]any) (bool, error) {
-	return true, nil
 }
 
 func (m *serveTestMutator) Mutate(_ context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
