@@ -435,3 +435,15 @@ func TestWebhookGroupsRunOnlyTheirPolicies(t *testing.T) {
 		t.Fatalf("/mutate/a/b: %d, want 404", w.Code)
 	}
 }
+
+// TestUnknownNamespaceCarriesItsNameLabel: a namespace the server's context does not know
+// is seen as the API server creates it, with its kubernetes.io/metadata.name label, as
+// morph apply sees it (one request builder for every surface).
+func TestUnknownNamespaceCarriesItsNameLabel(t *testing.T) {
+	m := &labelMutator{name: "by-name", key: "seen", value: "yes", nsLabel: "kubernetes.io/metadata.name", failure: engine.FailClose}
+	s := newTestServer(t, &policy.Bundle{Mutators: mutators(m)})
+	resp := admissionResponse(t, s.Handler(), "/mutate", admissionBody(t, "u", pod(nil)))
+	if !resp.Allowed || resp.AuditAnnotations[AuditAnnotationMutatedBy] != "Label/by-name" {
+		t.Fatalf("allowed %v, mutated by %q, result %+v", resp.Allowed, resp.AuditAnnotations[AuditAnnotationMutatedBy], resp.Result)
+	}
+}
