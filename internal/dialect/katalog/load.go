@@ -34,6 +34,9 @@ type Options struct {
 	// int64, number to int64 or float64, boolean to bool. May be nil: values then stay
 	// strings, as spec 000's patch examples show ("2").
 	Objects *objects.Store
+	// Budget bounds each evaluation of a template (a default, override or conversion
+	// value); zero fields take DefaultSteps and DefaultBytes.
+	Budget Budget
 }
 
 // Dialect compiles Katalogs. Create it with New.
@@ -130,7 +133,7 @@ func (c *compiler) document(doc policy.Document) []*Entry {
 			continue
 		}
 		seen[r.name] = r.field
-		e := &Entry{Katalog: doc.Name(), Name: r.name, doc: doc, field: r.field}
+		e := &Entry{Katalog: doc.Name(), Name: r.name, doc: doc, field: r.field, budget: c.opts.Budget.withDefaults()}
 		e.id = engine.ID{Order: order, Dialect: DialectName, Kind: Kind, Namespace: doc.Namespace(), Name: doc.Name(), Part: r.name}
 		if err := c.entry(e, r.object); err != nil {
 			if r.listed {

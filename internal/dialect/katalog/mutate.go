@@ -55,13 +55,13 @@ func (m *Mutator) Matches(context.Context, *engine.Request, map[string]any) (boo
 // Mutate applies the rules in declaration order, each seeing the result of the ones
 // before it. A default applies when the field is absent, null, "", {} or []; an override
 // always applies; a rule whose value equals the current one changes nothing.
-func (m *Mutator) Mutate(_ context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+func (m *Mutator) Mutate(ctx context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
 	for _, r := range m.entry.rules {
 		cur, present := r.field.Get(obj)
 		if r.action == "default" && present && !isEmpty(cur) {
 			continue
 		}
-		v, err := r.value.Eval(obj)
+		v, err := r.value.Eval(ctx, obj, m.entry.budget)
 		if err != nil {
 			return nil, fmt.Errorf("mutation rule %s for field %q: resolving template %q: %w", r.action, r.text, r.value.raw, err)
 		}
