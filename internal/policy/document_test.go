@@ -21,7 +21,7 @@ func TestDecode(t *testing.T) {
 		{name: "json", in: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"}}`, want: []string{"Pod/j"}, wantIdx: []int{1}},
 		{name: "list expanded", in: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: x}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: w}\n",
 			want: []string{"Pod/x", "Pod/w"}, wantIdx: []int{1, 1}},
-		{name: "scalar document", in: "---\njust a string\n", wantErr: "f.yaml: document 2: expected an object with apiVersion and kind, found a string"},
+		{name: "scalar document", in: "---\njust a string\n", wantErr: "f.yaml: document 1: expected an object with apiVersion and kind, found a string"},
 		{name: "invalid yaml", in: "apiVersion: v1\nkind: [Pod\n", wantErr: "f.yaml: document 1: not valid YAML or JSON"},
 		{name: "list item not an object", in: "apiVersion: v1\nkind: List\nitems: [1]\n", wantErr: "items[0]: expected an object, found a number"},
 	}
