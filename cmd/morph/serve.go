@@ -48,6 +48,7 @@ type serveOptions struct {
 	maxBody        string
 	reloadInterval time.Duration
 	requestTimeout time.Duration
+	reader         policy.Reader // bounded by --max-input
 	shutdownGrace  time.Duration
 	logFormat      string
 	logLevel       string
@@ -110,6 +111,11 @@ SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 			if err := o.fromEnvironment(cmd.Flags(), os.LookupEnv); err != nil {
 				return err
 			}
+			rd, err := inputReader(cmd)
+			if err != nil {
+				return err
+			}
+			o.reader = rd
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -307,7 +313,7 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 		return err
 	}
 	server, err := webhook.New(webhook.Options{
-		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader},
+		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader, Reader: o.reader},
 		Admission:      o.admission,
 		Conversion:     o.conversion,
 		MaxBody:        maxBody,
