@@ -164,3 +164,37 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+type kindsDialect struct{ fakeDialectForKinds }
+
+type fakeDialectForKinds struct{}
+
+func (fakeDialectForKinds) Name() string { return "fake" }
+func (fakeDialectForKinds) Handles(apiVersion, kind string) bool {
+	return apiVersion == "fake.dev/v1" && kind == "Assign"
+}
+func (fakeDialectForKinds) Compile(docs []Document) (*Bundle, error) { return &Bundle{}, nil }
+func (kindsDialect) GroupKinds() map[string][]string {
+	return map[string][]string{"fake.dev": {"Assign", "Other"}}
+}
+
+// A misspelled kind of a dialect's own group is refused with the group's kinds, never
+// taken for a context object.
+func TestLoaderRefusesMisspelledKinds(t *testing.T) {
+	docs, err := Decode("p.yaml", []byte("apiVersion: fake.dev/v1\nkind: Assing\nmetadata: {name: a}\n---\napiVersion: fake.dev/v1\nkind: Other\nmetadata: {name: b}\n---\napiVersion: v1\nkind: Assing\nmetadata: {name: c}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLoader(kindsDialect{})
+	if !l.Known(docs[0]) || l.Known(docs[1]) || l.Known(docs[2]) {
+		t.Fatalf("Known: %v %v %v", l.Known(docs[0]), l.Known(docs[1]), l.Known(docs[2]))
+	}
+	_, others, err := l.Load(docs)
+	want := `p.yaml: document 1 (Assing "a"): kind: "Assing" is not a kind of fake.dev: the group has Assign, Other`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+	if len(others) != 2 {
+		t.Fatalf("others = %d, want 2", len(others))
+	}
+}
