@@ -47,3 +47,12 @@ func TestApplyKeepsIntegersExact(t *testing.T) {
 		}
 	}
 }
+
+func TestServeRequestTimeoutMustBePositive(t *testing.T) {
+	for _, d := range []string{"-1s", "0"} {
+		_, errOut, code := runMorph(t, "", "serve", "--policies", examples+"/policies", "--cert-dir", t.TempDir(), "--request-timeout", d)
+		if code != exitUsage || !strings.Contains(errOut, "--request-timeout") {
+			t.Errorf("--request-timeout %s: exit %d: %s", d, code, errOut)
+		}
+	}
+}

@@ -276,6 +276,9 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err := o.check(); err != nil {
 		return err
 	}
+	if o.requestTimeout <= 0 {
+		return usagef("--request-timeout %s is not a positive duration: use one such as 10s", o.requestTimeout)
+	}
 	maxBody, err := o.maxBodyBytes()
 	if err != nil {
 		return err

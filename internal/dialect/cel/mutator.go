@@ -245,6 +245,10 @@ func (m *Mutator) evaluateWithin(ctx context.Context, req *engine.Request, in, o
 		inv.warnings = append(inv.warnings, own.warnings...)
 		return r.out, r.err
 	case <-ctx.Done():
+		if cause := context.Cause(ctx); cause != ctx.Err() {
+			// The request's deadline, which names its own timeout, came first.
+			return nil, fmt.Errorf("evaluation did not finish: %w", cause)
+		}
 		return nil, fmt.Errorf("evaluation did not finish within webhookConfiguration.timeoutSeconds (%s): %w", m.timeout, ctx.Err())
 	}
 }
