@@ -145,11 +145,22 @@ func (s *Set) invoke(ctx context.Context, req *Request, c *compiled, obj map[str
 	return c.m.Mutate(ctx, req, obj, w)
 }
 
+// finalizeRecovered runs one finalizer, turning a panic into an error as invoke does for
+// mutators: a broken finalizer fails the request, never the process.
+func finalizeRecovered(ctx context.Context, f Finalizer, req *Request, res *Result, w *Writer) (next map[string]any, warnings []string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			next, warnings, err = nil, nil, fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f.Finalize(ctx, req, res.Object, res.Trace, w)
+}
+
 func (s *Set) finalize(ctx context.Context, req *Request, res *Result) error {
 	w := &Writer{}
 	for _, f := range s.finalizers {
 		w.reset()
-		next, warnings, err := f.Finalize(ctx, req, res.Object, res.Trace, w)
+		next, warnings, err := finalizeRecovered(ctx, f, req, res, w)
 		res.Warnings = append(append(res.Warnings, warnings...), w.warnings...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.Name(), err)
