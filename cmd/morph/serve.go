@@ -310,6 +310,23 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			log.Info("generated a CA and a serving certificate; use ca.crt as the caBundle",
 				"caBundle", filepath.Join(o.certDir, webhook.CAFile), "hosts", strings.Join(hosts, ","))
 		}
+		// Renew a generated certificate while serving; the server reloads the files.
+		go func() {
+			tick := time.NewTicker(time.Hour)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					if renewed, err := webhook.RenewCertificates(o.certDir, hosts, time.Now()); err != nil {
+						log.Error("renewing the serving certificate", "error", err)
+					} else if renewed {
+						log.Info("renewed the serving certificate", "dir", o.certDir)
+					}
+				}
+			}
+		}()
 	}
 	certs, err := webhook.LoadCertificates(certFile, keyFile)
 	if err != nil {
