@@ -74,7 +74,9 @@ func TestErrorStatuses(t *testing.T) {
 		{name: "chunked body over the limit", path: "/mutate", body: big, chunked: true, want: 413},
 		{name: "panicking validator", server: panics, path: "/validate", body: good, want: 500, message: "internal error"},
 		{name: "panicking converter", server: panics, path: "/convert", body: conversionBody(t, "c", "demo.morph.dev/v2", widget("v1", "a", map[string]any{})), want: 500},
-		{name: "panicking finalizer", server: finalizerPanics, path: "/mutate", body: good, want: 500},
+		// The engine recovers a finalizer's panic as the request's error: a review
+		// refusing with code 500, its uid kept.
+		{name: "panicking finalizer", server: finalizerPanics, path: "/mutate", body: good, want: 200, message: `"message":"morph: panic-finalizer: panic: finalizer exploded","reason":"InternalError","code":500`},
 		{name: "unknown path", method: http.MethodGet, path: "/nope", want: 404},
 		{name: "content type with charset", path: "/mutate", contentType: "application/json; charset=utf-8", body: good, want: 200},
 	}

@@ -38,7 +38,7 @@ func TestCertificatesRenewBeforeExpiry(t *testing.T) {
 		at    time.Time
 		renew bool
 	}{
-		{start.AddDate(0, 6, 0), false},  // half the lifetime left
+		{start.AddDate(0, 6, 0), false}, // half the lifetime left
 		{start.AddDate(0, 8, 15), true}, // less than a third left
 	}
 	for _, tt := range tests {
