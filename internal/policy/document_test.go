@@ -198,3 +198,37 @@ func TestLoaderRefusesMisspelledKinds(t *testing.T) {
 		t.Fatalf("others = %d, want 2", len(others))
 	}
 }
+
+// One reading of morph.dev/order for every dialect: " 5" used to be an error for
+// Gatekeeper and accepted for Katalog.
+func TestDocumentOrder(t *testing.T) {
+	tests := []struct {
+		ann     any
+		want    int
+		wantErr string
+	}{
+		{nil, 0, ""},
+		{"10", 10, ""},
+		{"-3", -3, ""},
+		{" 5", 0, `metadata.annotations[morph.dev/order]: " 5" is not a whole number: give one such as "10"`},
+		{"first", 0, `"first" is not a whole number`},
+		{int64(5), 0, `a number is not a string`},
+	}
+	for _, tt := range tests {
+		md := map[string]any{"name": "p"}
+		if tt.ann != nil {
+			md["annotations"] = map[string]any{OrderAnnotation: tt.ann}
+		}
+		d := Document{File: "f", Index: 1, Object: map[string]any{"apiVersion": "v1", "kind": "X", "metadata": md}}
+		got, err := d.Order()
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%v: got %v, %v; want an error with %q", tt.ann, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%v: got %v, %v; want %d", tt.ann, got, err, tt.want)
+		}
+	}
+}

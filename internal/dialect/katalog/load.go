@@ -6,7 +6,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"text/template"
 
@@ -24,7 +23,7 @@ const (
 	Kind        = "Katalog"
 	DialectName = "katalog"
 	// OrderAnnotation on a Katalog's metadata places its entries in the engine's order.
-	OrderAnnotation = "morph.dev/order"
+	OrderAnnotation = policy.OrderAnnotation
 )
 
 // Options configures the dialect.
@@ -94,18 +93,10 @@ func (c *compiler) document(doc policy.Document) []*Entry {
 		c.errs = append(c.errs, doc.Wrap("", err))
 		return nil
 	}
-	order := 0
-	if meta, ok := doc.Object["metadata"].(map[string]any); ok {
-		if ann, ok := meta["annotations"].(map[string]any); ok {
-			if v, ok := ann[OrderAnnotation]; ok {
-				n, err := strconv.Atoi(strings.TrimSpace(printed(v)))
-				if err != nil {
-					c.errs = append(c.errs, doc.Errorf(`metadata.annotations."morph.dev/order"`, "%q is not an integer: give a whole number such as \"10\"", printed(v)))
-					return nil
-				}
-				order = n
-			}
-		}
+	order, err := doc.Order()
+	if err != nil {
+		c.errs = append(c.errs, err)
+		return nil
 	}
 	if doc.Name() == "" {
 		c.errs = append(c.errs, doc.Errorf("metadata.name", "a Katalog needs a name"))
