@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	yamlv3 "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -42,6 +43,12 @@ func (d Document) Kind() string { s, _ := d.Object["kind"].(string); return s }
 // Name returns metadata.name.
 func (d Document) Name() string { return nestedString(d.Object, "metadata", "name") }
 
+// nestedString is the string at fields, "" when absent or not a string.
+func nestedString(obj map[string]any, fields ...string) string {
+	s, _, _ := unstructured.NestedString(obj, fields...)
+	return s
+}
+
 // Namespace returns metadata.namespace.
 func (d Document) Namespace() string { return nestedString(d.Object, "metadata", "namespace") }
 
@@ -65,19 +72,6 @@ func (d Document) Wrap(field string, err error) error {
 		return nil
 	}
 	return &Error{Doc: d, Field: field, Err: err}
-}
-
-func nestedString(m map[string]any, keys ...string) string {
-	var cur any = m
-	for _, k := range keys {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = mm[k]
-	}
-	s, _ := cur.(string)
-	return s
 }
 
 // Error is a problem with one document, located at a field:
