@@ -1,7 +1,8 @@
 # morph: one mutation engine for Gatekeeper, CEL and Katalog policies.
 #
-#   make test    unit tests, then end-to-end tests on a real kube-apiserver (CI runs this)
+#   make test    unit, race and lint, then end-to-end tests on a real kube-apiserver (CI runs this)
 #   make unit    unit tests only
+#   make race    the packages that run goroutines, under the race detector
 #   make e2e     end-to-end tests only (builds and caches kube-apiserver, etcd, kubectl)
 #   make lint    gofmt, go vet, golangci-lint (pinned)
 #   make bench   benchmarks, written to docs/performance.md
@@ -15,19 +16,24 @@ GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 FUZZTIME              ?= 20s
 BENCHCOUNT            ?= 6
 UNIT_PKGS              = $(shell $(GO) list ./... | grep -v /test/e2e)
+# The packages that run goroutines (servers, reloads, pools, deadlines).
+RACE_PKGS              = ./internal/engine/... ./internal/heapfloor/... ./internal/webhook/... ./internal/dialect/... ./cmd/morph/...
 
-.PHONY: all build test unit examples lint bench fuzz clean
+.PHONY: all build test unit race examples lint bench fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/morph ./cmd/morph
 
-test: unit e2e
+test: unit race lint e2e
 
 unit:
 	$(GO) mod download
 	$(GO) test -count=1 $(UNIT_PKGS)
+
+race:
+	$(GO) test -race -count=1 $(RACE_PKGS)
 
 examples: build
 	$(BIN)/morph apply -p examples/policies -f examples/manifests --context examples/context

@@ -35,6 +35,7 @@ type applyOptions struct {
 	mode      string
 	namespace string
 	existing  []string
+	reader    policy.Reader // bounded by --max-input
 }
 
 func newApplyCommand(newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -57,6 +58,11 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
   morph apply -p policies/ -f deploy.yaml --explain -o diff`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			rd, err := inputReader(cmd)
+			if err != nil {
+				return err
+			}
+			o.reader = rd
 			return o.run(cmd.Context(), newLoader, stdin, stdout, stderr)
 		},
 	}
@@ -121,9 +127,9 @@ type runtime struct {
 
 // loadRuntime reads context and policies. Every problem is printed; the error only
 // carries the exit code.
-func loadRuntime(newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*runtime, error) {
+func loadRuntime(rd policy.Reader, newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*runtime, error) {
 	store := objects.NewStore()
-	ctxDocs, err := policy.Read(contextPaths, stdin)
+	ctxDocs, err := rd.Read(contextPaths, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +138,7 @@ func loadRuntime(newLoader func(*objects.Store) *policy.Loader, policyPaths, con
 			return nil, fmt.Errorf("%s: %w", d.Where(), err)
 		}
 	}
-	docs, err := policy.Read(policyPaths, stdin)
+	docs, err := rd.Read(policyPaths, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -176,15 +182,15 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	rt, err := loadRuntime(newLoader, o.policies, o.contexts, stdin, stderr)
+	rt, err := loadRuntime(o.reader, newLoader, o.policies, o.contexts, stdin, stderr)
 	if err != nil {
 		return err
 	}
-	inputs, err := policy.Read(o.files, stdin)
+	inputs, err := o.reader.Read(o.files, stdin)
 	if err != nil {
 		return err
 	}
-	olds, err := policy.Read(o.old, stdin)
+	olds, err := o.reader.Read(o.old, stdin)
 	if err != nil {
 		return err
 	}
@@ -193,7 +199,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 		return err
 	}
 	op, _ := engine.ParseOperation(o.operation)
-	existing, err := policy.Read(o.existing, stdin)
+	existing, err := o.reader.Read(o.existing, stdin)
 	if err != nil {
 		return err
 	}

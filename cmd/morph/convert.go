@@ -24,6 +24,7 @@ type convertOptions struct {
 	contexts []string
 	to       string
 	output   string
+	reader   policy.Reader // bounded by --max-input
 }
 
 // newConvertCommand is `morph convert`: CRD conversion offline, with the conversion
@@ -53,6 +54,11 @@ object could not be loaded or converted, 2 usage.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
+			rd, err := inputReader(cmd)
+			if err != nil {
+				return err
+			}
+			o.reader = rd
 			return o.run(ctx, stdin, stdout, stderr)
 		},
 	}
@@ -99,7 +105,7 @@ func (o *convertOptions) run(ctx context.Context, stdin io.Reader, stdout, stder
 	if err != nil {
 		return err
 	}
-	inputs, err := policy.Read(o.files, stdin)
+	inputs, err := o.reader.Read(o.files, stdin)
 	if err != nil {
 		return err
 	}
@@ -123,11 +129,11 @@ func (o *convertOptions) run(ctx context.Context, stdin io.Reader, stdout, stder
 // among the policies as context.
 func (o *convertOptions) load(stdin io.Reader, stderr io.Writer) (*engine.Conversions, error) {
 	store := objects.NewStore()
-	ctxDocs, err := policy.Read(o.contexts, stdin)
+	ctxDocs, err := o.reader.Read(o.contexts, stdin)
 	if err != nil {
 		return nil, err
 	}
-	docs, err := policy.Read(o.policies, stdin)
+	docs, err := o.reader.Read(o.policies, stdin)
 	if err != nil {
 		return nil, err
 	}

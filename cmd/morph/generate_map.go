@@ -32,7 +32,11 @@ naming the feature.`,
 			if len(paths) == 0 {
 				return errors.New("give the policies with -p FILE (- for standard input)")
 			}
-			docs, err := policy.Read(paths, stdin)
+			rd, err := inputReader(cmd)
+			if err != nil {
+				return err
+			}
+			docs, err := rd.Read(paths, stdin)
 			if err != nil {
 				return err
 			}

@@ -101,6 +101,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	pf.BoolVar(&opts.allowExternalData, "allow-external-data", false, "let Gatekeeper mutators call their ExternalDataProviders (off by default offline)")
 	pf.BoolVar(&opts.mutationAnnotations, "mutation-annotations", false, "add Gatekeeper's gatekeeper.sh/mutation-id and gatekeeper.sh/mutations annotations")
 	pf.StringSliceVar(&opts.httpAllowHosts, "allow-http-host", nil, "hosts CEL http.Get/http.Post may call (none by default)")
+	addMaxInputFlag(root)
 
 	newLoader := func(store *objects.Store) *policy.Loader { return newDialects(store, opts) }
 	root.AddCommand(

@@ -48,6 +48,7 @@ type serveOptions struct {
 	maxBody        string
 	reloadInterval time.Duration
 	requestTimeout time.Duration
+	reader         policy.Reader // bounded by --max-input
 	shutdownGrace  time.Duration
 	logFormat      string
 	logLevel       string
@@ -110,6 +111,11 @@ SIGTERM or SIGINT stop accepting connections; requests in flight finish (up to
 			if err := o.fromEnvironment(cmd.Flags(), os.LookupEnv); err != nil {
 				return err
 			}
+			rd, err := inputReader(cmd)
+			if err != nil {
+				return err
+			}
+			o.reader = rd
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -270,6 +276,9 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err := o.check(); err != nil {
 		return err
 	}
+	if o.requestTimeout <= 0 {
+		return usagef("--request-timeout %s is not a positive duration: use one such as 10s", o.requestTimeout)
+	}
 	maxBody, err := o.maxBodyBytes()
 	if err != nil {
 		return err
@@ -301,13 +310,30 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			log.Info("generated a CA and a serving certificate; use ca.crt as the caBundle",
 				"caBundle", filepath.Join(o.certDir, webhook.CAFile), "hosts", strings.Join(hosts, ","))
 		}
+		// Renew a generated certificate while serving; the server reloads the files.
+		go func() {
+			tick := time.NewTicker(time.Hour)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					if renewed, err := webhook.RenewCertificates(o.certDir, hosts, time.Now()); err != nil {
+						log.Error("renewing the serving certificate", "error", err)
+					} else if renewed {
+						log.Info("renewed the serving certificate", "dir", o.certDir)
+					}
+				}
+			}
+		}()
 	}
 	certs, err := webhook.LoadCertificates(certFile, keyFile)
 	if err != nil {
 		return err
 	}
 	server, err := webhook.New(webhook.Options{
-		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader},
+		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader, Reader: o.reader},
 		Admission:      o.admission,
 		Conversion:     o.conversion,
 		MaxBody:        maxBody,

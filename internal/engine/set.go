@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -117,6 +118,10 @@ func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled 
 		}
 	}
 	if s.cached.Load() < maxCachedKeys {
+		// The key outlives the request, whose strings may point into its body (the
+		// webhook's decoder does not copy them): clone them, or each cached key pins a
+		// whole request body (60 reviews of made-up kinds kept 263 MB live).
+		key.gvk = schema.GroupVersionKind{Group: strings.Clone(gvk.Group), Version: strings.Clone(gvk.Version), Kind: strings.Clone(gvk.Kind)}
 		if _, loaded := s.cache.LoadOrStore(key, out); !loaded {
 			s.cached.Add(1)
 		}

@@ -6,6 +6,7 @@ package policy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,9 @@ import (
 	"slices"
 	"strings"
 
+	yamlv3 "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -38,6 +42,12 @@ func (d Document) Kind() string { s, _ := d.Object["kind"].(string); return s }
 
 // Name returns metadata.name.
 func (d Document) Name() string { return nestedString(d.Object, "metadata", "name") }
+
+// nestedString is the string at fields, "" when absent or not a string.
+func nestedString(obj map[string]any, fields ...string) string {
+	s, _, _ := unstructured.NestedString(obj, fields...)
+	return s
+}
 
 // Namespace returns metadata.namespace.
 func (d Document) Namespace() string { return nestedString(d.Object, "metadata", "namespace") }
@@ -64,19 +74,6 @@ func (d Document) Wrap(field string, err error) error {
 	return &Error{Doc: d, Field: field, Err: err}
 }
 
-func nestedString(m map[string]any, keys ...string) string {
-	var cur any = m
-	for _, k := range keys {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = mm[k]
-	}
-	s, _ := cur.(string)
-	return s
-}
-
 // Error is a problem with one document, located at a field:
 // `policies/pull.yaml: document 2 (Assign "always-pull"): spec.location: unexpected "]" at column 18`.
 type Error struct {
@@ -94,37 +91,62 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// DefaultMaxInput bounds each input (a file or standard input) when a Reader gives no
+// bound: `-p /dev/zero` fails instead of growing without end.
+const DefaultMaxInput int64 = 64 << 20
+
+// Reader reads documents with bounds. The zero value is ready to use.
+type Reader struct {
+	// MaxBytes bounds each input (a file or standard input), and what the YAML aliases
+	// of one document may expand to; 0 means DefaultMaxInput.
+	MaxBytes int64
+	// Warn, when set, is told about the files of a folder that are not regular files
+	// (a FIFO, a device), which are then skipped; when nil such a file is an error.
+	// Nothing is read from them either way: a FIFO would block.
+	Warn func(string)
+}
+
+func (r Reader) limit() int64 {
+	if r.MaxBytes <= 0 {
+		return DefaultMaxInput
+	}
+	return r.MaxBytes
+}
+
+// Read reads every document of the given paths in order, with a zero Reader.
+func Read(paths []string, stdin io.Reader) ([]Document, error) { return Reader{}.Read(paths, stdin) }
+
 // Read reads every document of the given paths in order. A path is a file, a folder
 // (its .yaml, .yml and .json files, recursively, in lexical order) or "-" for stdin.
 // Documents of kind List are expanded into their items. Empty documents are skipped.
-func Read(paths []string, stdin io.Reader) ([]Document, error) {
+func (r Reader) Read(paths []string, stdin io.Reader) ([]Document, error) {
 	var docs []Document
 	for _, p := range paths {
 		if p == "-" {
 			if stdin == nil {
 				return nil, errors.New("-: standard input is not available")
 			}
-			data, err := io.ReadAll(stdin)
+			data, err := r.readAll("-", stdin)
 			if err != nil {
-				return nil, fmt.Errorf("-: reading standard input: %w", err)
+				return nil, err
 			}
-			d, err := Decode("-", data)
+			d, err := r.Decode("-", data)
 			if err != nil {
 				return nil, err
 			}
 			docs = append(docs, d...)
 			continue
 		}
-		files, err := expand(p)
+		files, err := r.expand(p)
 		if err != nil {
 			return nil, err
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			data, err := r.readFile(f)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
+				return nil, err
 			}
-			d, err := Decode(f, data)
+			d, err := r.Decode(f, data)
 			if err != nil {
 				return nil, err
 			}
@@ -134,12 +156,35 @@ func Read(paths []string, stdin io.Reader) ([]Document, error) {
 	return docs, nil
 }
 
-func expand(p string) ([]string, error) {
+// readAll reads at most the bound, and fails beyond it.
+func (r Reader) readAll(name string, in io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(in, r.limit()+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if int64(len(data)) > r.limit() {
+		return nil, fmt.Errorf("%s: larger than %d bytes: raise --max-input to read it", name, r.limit())
+	}
+	return data, nil
+}
+
+func (r Reader) readFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	defer func() { _ = f.Close() }() // read only: nothing to lose
+	return r.readAll(name, f)
+}
+
+func (r Reader) expand(p string) ([]string, error) {
 	info, err := os.Stat(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	if !info.IsDir() {
+		// A path given by name is read whatever it is (a pipe from <(...) included),
+		// within the bound.
 		return []string{p}, nil
 	}
 	var files []string
@@ -155,8 +200,22 @@ func expand(p string) ([]string, error) {
 		}
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".yaml", ".yml", ".json":
-			files = append(files, path)
+		default:
+			return nil
 		}
+		info, err := os.Stat(path) // follows a symbolic link, never opens the file
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			msg := fmt.Sprintf("%s: not a regular file (%s): skipped", path, info.Mode().Type())
+			if r.Warn == nil {
+				return errors.New(strings.TrimSuffix(msg, ": skipped") + ": give regular files only")
+			}
+			r.Warn(msg)
+			return nil
+		}
+		files = append(files, path)
 		return nil
 	})
 	if err != nil {
@@ -170,17 +229,29 @@ func expand(p string) ([]string, error) {
 }
 
 // Decode splits data into documents (YAML separated by "---", or one JSON value) and
-// decodes each.
-func Decode(file string, data []byte) ([]Document, error) {
+// decodes each, with a zero Reader.
+func Decode(file string, data []byte) ([]Document, error) { return Reader{}.Decode(file, data) }
+
+// Decode splits data into documents (YAML separated by "---", or one JSON value) and
+// decodes each. Duplicate keys are refused, as the API server's strict decoding does;
+// integers keep all 64 bits.
+func (r Reader) Decode(file string, data []byte) ([]Document, error) {
 	var docs []Document
-	for i, raw := range splitYAML(data) {
-		idx := i + 1
+	yr := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for idx := 1; ; idx++ {
+		raw, err := yr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, idx, err)
+		}
 		if isBlank(raw) {
 			continue
 		}
-		var v any
-		if err := yaml.Unmarshal(raw, &v); err != nil {
-			return nil, fmt.Errorf("%s: document %d: not valid YAML or JSON: %w", file, idx, err)
+		v, err := r.decodeDocument(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, idx, err)
 		}
 		if v == nil {
 			continue
@@ -189,7 +260,6 @@ func Decode(file string, data []byte) ([]Document, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: document %d: expected an object with apiVersion and kind, found %s", file, idx, Describe(v))
 		}
-		engine.Normalize(obj)
 		if items, ok := obj["items"].([]any); ok && strings.HasSuffix(stringOf(obj["kind"]), "List") {
 			for j, it := range items {
 				m, ok := it.(map[string]any)
@@ -203,6 +273,71 @@ func Decode(file string, data []byte) ([]Document, error) {
 		docs = append(docs, Document{File: file, Index: idx, Object: obj})
 	}
 	return docs, nil
+}
+
+// decodeDocument decodes one YAML or JSON document: strictly (a duplicate key is an
+// error), with integers exact (int64; float64 beyond), and with YAML aliases bounded.
+func (r Reader) decodeDocument(raw []byte) (any, error) {
+	if bytes.IndexByte(raw, '*') >= 0 {
+		if err := checkAliases(raw, r.limit()); err != nil {
+			return nil, err
+		}
+	}
+	j, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		if strings.Contains(err.Error(), "already set in map") {
+			return nil, fmt.Errorf("duplicate key (the API server refuses it too: keep one): %w", err)
+		}
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	return engine.Normalize(v), nil
+}
+
+// checkAliases refuses a document whose aliases expand to more than limit bytes (a
+// "billion laughs" of scalars passes go-yaml's own count of nodes). Each anchored node
+// is measured once, so the check takes time linear in the document.
+func checkAliases(raw []byte, limit int64) error {
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal(raw, &root); err != nil {
+		return nil // the decoder reports the syntax error
+	}
+	memo := map[*yamlv3.Node]int64{}
+	var size func(n *yamlv3.Node, depth int) int64
+	size = func(n *yamlv3.Node, depth int) int64 {
+		if n == nil || depth > 10000 {
+			return limit + 1
+		}
+		switch n.Kind {
+		case yamlv3.AliasNode:
+			if v, ok := memo[n.Alias]; ok {
+				return v
+			}
+			memo[n.Alias] = limit + 1 // an alias inside its own anchor
+			v := size(n.Alias, depth+1)
+			memo[n.Alias] = v
+			return v
+		case yamlv3.ScalarNode:
+			return int64(len(n.Value)) + 2
+		}
+		total := int64(2)
+		for _, c := range n.Content {
+			total += size(c, depth+1)
+			if total > limit {
+				return limit + 1
+			}
+		}
+		return total
+	}
+	if size(&root, 0) > limit {
+		return fmt.Errorf("YAML aliases expand to more than %d bytes: write the values out, or raise --max-input", limit)
+	}
+	return nil
 }
 
 func stringOf(v any) string { s, _ := v.(string); return s }
@@ -241,27 +376,6 @@ func UnknownField(m map[string]any, allowed ...string) (string, bool) {
 	}
 	slices.Sort(unknown)
 	return unknown[0], true
-}
-
-// splitYAML splits a multi-document YAML stream at lines that are exactly "---" (with
-// optional trailing text after a space, as in "--- # comment").
-func splitYAML(data []byte) [][]byte {
-	var docs [][]byte
-	var cur bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64*1024), 64*1024*1024)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if bytes.Equal(bytes.TrimRight(line, " \t\r"), []byte("---")) || bytes.HasPrefix(line, []byte("--- ")) {
-			docs = append(docs, append([]byte(nil), cur.Bytes()...))
-			cur.Reset()
-			continue
-		}
-		cur.Write(line)
-		cur.WriteByte('\n')
-	}
-	docs = append(docs, cur.Bytes())
-	return docs
 }
 
 func isBlank(b []byte) bool {

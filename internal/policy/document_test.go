@@ -21,7 +21,7 @@ func TestDecode(t *testing.T) {
 		{name: "json", in: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"}}`, want: []string{"Pod/j"}, wantIdx: []int{1}},
 		{name: "list expanded", in: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: x}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: w}\n",
 			want: []string{"Pod/x", "Pod/w"}, wantIdx: []int{1, 1}},
-		{name: "scalar document", in: "---\njust a string\n", wantErr: "f.yaml: document 2: expected an object with apiVersion and kind, found a string"},
+		{name: "scalar document", in: "---\njust a string\n", wantErr: "f.yaml: document 1: expected an object with apiVersion and kind, found a string"},
 		{name: "invalid yaml", in: "apiVersion: v1\nkind: [Pod\n", wantErr: "f.yaml: document 1: not valid YAML or JSON"},
 		{name: "list item not an object", in: "apiVersion: v1\nkind: List\nitems: [1]\n", wantErr: "items[0]: expected an object, found a number"},
 	}
@@ -163,4 +163,72 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+type kindsDialect struct{ fakeDialectForKinds }
+
+type fakeDialectForKinds struct{}
+
+func (fakeDialectForKinds) Name() string { return "fake" }
+func (fakeDialectForKinds) Handles(apiVersion, kind string) bool {
+	return apiVersion == "fake.dev/v1" && kind == "Assign"
+}
+func (fakeDialectForKinds) Compile(docs []Document) (*Bundle, error) { return &Bundle{}, nil }
+func (kindsDialect) GroupKinds() map[string][]string {
+	return map[string][]string{"fake.dev": {"Assign", "Other"}}
+}
+
+// A misspelled kind of a dialect's own group is refused with the group's kinds, never
+// taken for a context object.
+func TestLoaderRefusesMisspelledKinds(t *testing.T) {
+	docs, err := Decode("p.yaml", []byte("apiVersion: fake.dev/v1\nkind: Assing\nmetadata: {name: a}\n---\napiVersion: fake.dev/v1\nkind: Other\nmetadata: {name: b}\n---\napiVersion: v1\nkind: Assing\nmetadata: {name: c}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLoader(kindsDialect{})
+	if !l.Known(docs[0]) || l.Known(docs[1]) || l.Known(docs[2]) {
+		t.Fatalf("Known: %v %v %v", l.Known(docs[0]), l.Known(docs[1]), l.Known(docs[2]))
+	}
+	_, others, err := l.Load(docs)
+	want := `p.yaml: document 1 (Assing "a"): kind: "Assing" is not a kind of fake.dev: the group has Assign, Other`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
+	}
+	if len(others) != 2 {
+		t.Fatalf("others = %d, want 2", len(others))
+	}
+}
+
+// One reading of morph.dev/order for every dialect: " 5" used to be an error for
+// Gatekeeper and accepted for Katalog.
+func TestDocumentOrder(t *testing.T) {
+	tests := []struct {
+		ann     any
+		want    int
+		wantErr string
+	}{
+		{nil, 0, ""},
+		{"10", 10, ""},
+		{"-3", -3, ""},
+		{" 5", 0, `metadata.annotations[morph.dev/order]: " 5" is not a whole number: give one such as "10"`},
+		{"first", 0, `"first" is not a whole number`},
+		{int64(5), 0, `a number is not a string`},
+	}
+	for _, tt := range tests {
+		md := map[string]any{"name": "p"}
+		if tt.ann != nil {
+			md["annotations"] = map[string]any{OrderAnnotation: tt.ann}
+		}
+		d := Document{File: "f", Index: 1, Object: map[string]any{"apiVersion": "v1", "kind": "X", "metadata": md}}
+		got, err := d.Order()
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%v: got %v, %v; want an error with %q", tt.ann, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%v: got %v, %v; want %d", tt.ann, got, err, tt.want)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -44,6 +45,31 @@ type Dialect interface {
 	Compile(docs []Document) (*Bundle, error)
 }
 
+// GroupKinds is implemented by a dialect that owns API groups: it returns every kind of
+// each group, the ones it compiles and the ones it leaves alone. A document of such a
+// group whose kind is none of them (`Assing`, `MutatingPolicyy`) is refused as a
+// misspelling instead of being taken for a context object and silently ignored.
+type GroupKinds interface {
+	GroupKinds() map[string][]string
+}
+
+// misspelled returns the kinds of the document's group when a dialect owns the group
+// and the kind is not one of them.
+func (l *Loader) misspelled(d Document) ([]string, bool) {
+	group := Group(d.APIVersion())
+	for _, dl := range l.dialects {
+		gk, ok := dl.(GroupKinds)
+		if !ok {
+			continue
+		}
+		kinds, owned := gk.GroupKinds()[group]
+		if owned && !slices.Contains(kinds, d.Kind()) && !slices.Contains(kinds, strings.TrimSuffix(d.Kind(), "List")) {
+			return kinds, true
+		}
+	}
+	return nil, false
+}
+
 // Loader routes documents to dialects.
 type Loader struct {
 	dialects []Dialect
@@ -81,6 +107,10 @@ func (l *Loader) Load(docs []Document) (*Bundle, []Document, error) {
 			}
 		}
 		if !routed {
+			if kinds, bad := l.misspelled(d); bad {
+				errs = append(errs, d.Errorf("kind", "%q is not a kind of %s: the group has %s", d.Kind(), Group(d.APIVersion()), strings.Join(kinds, ", ")))
+				continue
+			}
 			others = append(others, d)
 		}
 	}
@@ -98,14 +128,16 @@ func (l *Loader) Load(docs []Document) (*Bundle, []Document, error) {
 	return out, others, errors.Join(errs...)
 }
 
-// Known reports whether some dialect handles the document.
+// Known reports whether some dialect handles the document, or the document is of a
+// dialect's own group with a kind the group does not have (which Load refuses).
 func (l *Loader) Known(d Document) bool {
 	for _, dl := range l.dialects {
 		if dl.Handles(d.APIVersion(), d.Kind()) {
 			return true
 		}
 	}
-	return false
+	_, bad := l.misspelled(d)
+	return bad
 }
 
 // Errors splits a joined error into its parts, for printing one per line.

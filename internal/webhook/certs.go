@@ -22,9 +22,12 @@ import (
 
 // File names in a certificate folder.
 const (
-	CAFile   = "ca.crt"
-	CertFile = "tls.crt"
-	KeyFile  = "tls.key"
+	CAFile = "ca.crt"
+	// CAKeyFile is the generated CA's key, kept (0600) so that the serving certificate
+	// is renewed under the same CA and the caBundle stays valid.
+	CAKeyFile = "ca.key"
+	CertFile  = "tls.crt"
+	KeyFile   = "tls.key"
 )
 
 // Certificates serves a certificate and key pair from files, reloading them when their
@@ -167,15 +170,17 @@ func (c *Certificates) TLSConfig() *tls.Config {
 
 // EnsureCertificates makes sure dir holds tls.crt and tls.key. When both are missing it
 // generates a CA and a serving certificate signed by it (ECDSA P-256) for hosts (IP
-// addresses or DNS names), writes ca.crt, tls.crt and tls.key (keys 0600), and returns
-// true. The CA's key is not kept: a new certificate means a new CA. When only one of
-// them exists it is an error: the file present is not the operator's to lose.
+// addresses or DNS names), writes ca.crt, ca.key, tls.crt and tls.key (keys 0600), and
+// returns true. When both exist, a serving certificate morph generated is renewed as
+// RenewCertificates says. When only one of them exists it is an error: the file present
+// is not the operator's to lose.
 func EnsureCertificates(dir string, hosts []string, now time.Time) (generated bool, err error) {
 	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
 	_, certErr := os.Stat(certPath)
 	_, keyErr := os.Stat(keyPath)
 	if certErr == nil && keyErr == nil {
-		return false, nil
+		_, err := RenewCertificates(dir, hosts, now)
+		return false, err
 	}
 	for _, err := range []error{certErr, keyErr} {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -191,23 +196,114 @@ func EnsureCertificates(dir string, hosts []string, now time.Time) (generated bo
 	if len(hosts) == 0 {
 		return false, errors.New("generating a serving certificate needs at least one host name or IP address")
 	}
-	caPEM, certPEM, keyPEM, err := GenerateCertificates(hosts, now)
+	if err := generateInto(dir, hosts, now); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// generateInto writes a new CA and serving certificate into dir.
+func generateInto(dir string, hosts []string, now time.Time) error {
+	ca, caKey, caPEM, caKeyPEM, err := generateCA(now)
+	if err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := signServing(ca, caKey, hosts, now)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("certificate folder: %w", err)
+	}
+	return writeFiles(dir, []pemFile{{CAFile, caPEM, 0o644}, {CAKeyFile, caKeyPEM, 0o600}, {KeyFile, keyPEM, 0o600}, {CertFile, certPEM, 0o644}})
+}
+
+type pemFile struct {
+	name string
+	data []byte
+	perm fs.FileMode
+}
+
+func writeFiles(dir string, files []pemFile) error {
+	for _, f := range files {
+		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// caCommonName marks the CAs morph generates.
+const caCommonName = "morph webhook CA"
+
+// renewWithin is when a generated serving certificate is renewed: when less than a
+// third of its lifetime, or less than 30 days, remains.
+func renewWithin(cert *x509.Certificate, now time.Time) bool {
+	left := cert.NotAfter.Sub(now)
+	return left < cert.NotAfter.Sub(cert.NotBefore)/3 || left < 30*24*time.Hour
+}
+
+// RenewCertificates renews the serving certificate in dir when morph generated it (its
+// issuer is the CA of ca.crt, named "morph webhook CA") and it is due (renewWithin):
+// a new key and certificate for hosts, signed by the same CA (ca.key), so that the
+// caBundle stays valid; without ca.key (a folder from an older morph) a new CA too,
+// whose ca.crt must then become the caBundle. A certificate the operator provided is
+// never touched. The running server reloads the files when they change.
+func RenewCertificates(dir string, hosts []string, now time.Time) (renewed bool, err error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, CertFile))
+	if err != nil {
+		return false, fmt.Errorf("certificate folder %s: %w", dir, err)
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return false, nil // not ours to judge: loading it reports the problem
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || cert.Issuer.CommonName != caCommonName || !renewWithin(cert, now) {
+		return false, nil
+	}
+	if len(hosts) == 0 {
+		return false, errors.New("renewing the serving certificate needs at least one host name or IP address")
+	}
+	ca, caKey, err := readCA(dir)
 	if err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, fmt.Errorf("certificate folder: %w", err)
+	if ca == nil || renewWithin(ca, now) || cert.CheckSignatureFrom(ca) != nil {
+		// No usable CA key: start over with a new CA.
+		return true, generateInto(dir, hosts, now)
 	}
-	for _, f := range []struct {
-		name string
-		data []byte
-		perm fs.FileMode
-	}{{CAFile, caPEM, 0o644}, {KeyFile, keyPEM, 0o600}, {CertFile, certPEM, 0o644}} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
-			return false, err
-		}
+	newCert, newKey, err := signServing(ca, caKey, hosts, now)
+	if err != nil {
+		return false, err
 	}
-	return true, nil
+	return true, writeFiles(dir, []pemFile{{KeyFile, newKey, 0o600}, {CertFile, newCert, 0o644}})
+}
+
+// readCA reads ca.crt and ca.key; nil when either is missing.
+func readCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	caPEM, err1 := os.ReadFile(filepath.Join(dir, CAFile))
+	keyPEM, err2 := os.ReadFile(filepath.Join(dir, CAKeyFile))
+	if errors.Is(err1, fs.ErrNotExist) || errors.Is(err2, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, nil, fmt.Errorf("certificate folder %s: %w", dir, err)
+	}
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, nil
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, nil
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, nil
+	}
+	return ca, key, nil
 }
 
 // writeFileAtomic writes through a temporary file and a rename, so a reader never sees a
@@ -237,17 +333,30 @@ func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
 // GenerateCertificates creates a CA (valid 10 years) and a serving certificate signed by
 // it (valid 1 year) for hosts, and returns them PEM encoded with the serving key.
 func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM []byte, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generating the CA key: %w", err)
-	}
-	caSerial, err := serial()
+	ca, caKey, caPEM, _, err := generateCA(now)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	certPEM, keyPEM, err = signServing(ca, caKey, hosts, now)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return caPEM, certPEM, keyPEM, nil
+}
+
+// generateCA creates a CA valid 10 years.
+func generateCA(now time.Time) (ca *x509.Certificate, caKey *ecdsa.PrivateKey, caPEM, caKeyPEM []byte, err error) {
+	caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("generating the CA key: %w", err)
+	}
+	caSerial, err := serial()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	caTemplate := &x509.Certificate{
 		SerialNumber:          caSerial,
-		Subject:               pkix.Name{CommonName: "morph webhook CA"},
+		Subject:               pkix.Name{CommonName: caCommonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
@@ -257,19 +366,32 @@ func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	ca, err = x509.ParseCertificate(caDER)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("encoding the CA key: %w", err)
+	}
+	return ca, caKey, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// signServing creates a serving certificate for hosts, valid 1 year, signed by ca.
+func signServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time) (certPEM, keyPEM []byte, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, errors.New("a serving certificate needs at least one host name or IP address")
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generating the serving key: %w", err)
+		return nil, nil, fmt.Errorf("generating the serving key: %w", err)
 	}
 	certSerial, err := serial()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	template := &x509.Certificate{
 		SerialNumber: certSerial,
@@ -288,14 +410,13 @@ func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM
 	}
 	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("creating the serving certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("encoding the serving key: %w", err)
+		return nil, nil, fmt.Errorf("encoding the serving key: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 

@@ -1,10 +1,12 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -388,6 +390,32 @@ func post(t testing.TB, h http.Handler, path string, body []byte) *httptest.Resp
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// admissionResponseOver posts a review to h served over HTTP with a client timeout of
+// 10 s, and decodes the answer, which must be 200.
+func admissionResponseOver(t *testing.T, h http.Handler, path string, body []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Post(srv.URL+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: status %d: %s", path, resp.StatusCode, data)
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(data, &review); err != nil || review.Response == nil {
+		t.Fatalf("POST %s: %v: %s", path, err, data)
+	}
+	return review.Response
 }
 
 // admissionResponse posts a review and decodes the answer, which must be 200.

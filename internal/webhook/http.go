@@ -144,12 +144,8 @@ func (s *Server) releaseBody(buf *bytes.Buffer) {
 }
 
 func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHandler, c *call) (rep reply) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
-			rep = reply{status: http.StatusInternalServerError, message: "internal error while serving the review (logged with its uid)", outcome: outcomePanic}
-		}
-	}()
+	// The deadline starts when the request arrives: reading the body counts.
+	arrived := time.Now()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		return reply{status: http.StatusMethodNotAllowed, message: fmt.Sprintf("method %s is not allowed: send reviews with POST", r.Method), outcome: outcomeBadRequest}
@@ -157,33 +153,77 @@ func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHa
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return reply{status: http.StatusUnsupportedMediaType, message: fmt.Sprintf("content type %q is not supported: send application/json", r.Header.Get("Content-Type")), outcome: outcomeBadRequest}
 	}
-	timeout := s.opts.RequestTimeout
+	timeout, source := s.opts.RequestTimeout, "--request-timeout "
 	if t := r.URL.Query().Get("timeout"); t != "" {
 		d, err := time.ParseDuration(t)
 		if err != nil || d <= 0 {
 			return badRequest("query parameter timeout=%q is not a positive duration such as 10s", t)
 		}
-		timeout = d
+		timeout, source = d, "the API server's ?timeout="
 	}
 	if r.ContentLength > s.opts.MaxBody {
 		return tooLarge(s.opts.MaxBody)
 	}
+	// Stop work early enough for the answer to reach the API server before it gives
+	// up. The cause names the timeout, so that a policy stopped by it says which.
+	cause := &engine.DeadlineError{Reason: source + timeout.String() + ", less a tenth for the answer to travel"}
+	ctx, cancel := engine.WithRequestDeadline(r.Context(), arrived.Add(timeout-timeout/10), cause.Reason)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	// A body that arrives too slowly is cut off at the deadline too.
+	_ = http.NewResponseController(w).SetReadDeadline(deadline) // not every ResponseWriter can; the context still bounds the work
 	buf, err := s.readBody(w, r, s.opts.MaxBody)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge(s.opts.MaxBody)
 		}
+		if ctx.Err() != nil {
+			return pastDeadline(cause)
+		}
 		return badRequest("reading the request body: %v", err)
 	}
-	defer s.releaseBody(buf)
-	// Stop work early enough for the answer to reach the API server before it gives up.
-	reason := "--request-timeout " + timeout.String()
-	if r.URL.Query().Has("timeout") {
-		reason = "the API server's ?timeout=" + timeout.String()
+	// Every stage of the handler (decoding, the policies, the diff, encoding the
+	// patch) runs under ctx, and a handler that sees it end answers as the failure
+	// policies say. One that does not answer within half of the remaining tenth (at
+	// least 50ms, never past the timeout itself; a stage that does not look at ctx,
+	// such as encoding a huge patch) is not waited for: the answer is an error, and the abandoned work gives the body back when it
+	// ends. The handler records into its own call, taken over only when it finished.
+	own := &call{group: c.group}
+	done := make(chan reply, 1)
+	go func() {
+		defer s.releaseBody(buf)
+		done <- s.runHandler(ctx, h, buf.Bytes(), own)
+	}()
+	last := deadline.Add(max(timeout/20, 50*time.Millisecond))
+	if end := arrived.Add(timeout); last.After(end) {
+		last = end
 	}
-	ctx, cancel := engine.WithRequestDeadline(r.Context(), time.Now().Add(timeout-timeout/10), reason)
-	defer cancel()
-	return h(ctx, buf.Bytes(), c)
+	hard := time.NewTimer(time.Until(last))
+	defer hard.Stop()
+	select {
+	case rep := <-done:
+		*c = *own
+		return rep
+	case <-hard.C:
+		return pastDeadline(cause)
+	}
+}
+
+// runHandler calls h with a panic turned into a 500.
+func (s *Server) runHandler(ctx context.Context, h reviewHandler, body []byte, c *call) (rep reply) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+			rep = reply{status: http.StatusInternalServerError, message: "internal error while serving the review (logged with its uid)", outcome: outcomePanic}
+		}
+	}()
+	return h(ctx, body, c)
+}
+
+// pastDeadline is the answer to a request whose deadline passed: an error (the API
+// server applies the webhook's failure policy), never a late review.
+func pastDeadline(cause error) reply {
+	return reply{status: http.StatusGatewayTimeout, message: cause.Error(), outcome: outcomeTimeout}
 }
 
 func tooLarge(limit int64) reply {

@@ -140,7 +140,7 @@ func TestDeadlines(t *testing.T) {
 			mutators: mutators(&labelMutator{name: "slow", key: "x", value: "y", block: true}),
 			path:     "/mutate?timeout=200ms",
 			allowed:  true,
-			warning:  "mutation did not finish in time (Label/slow: stopped: the request's deadline passed (the API server's ?timeout=200ms))",
+			warning:  "mutation did not finish in time (Label/slow: stopped: the request's deadline passed (the API server's ?timeout=200ms, less a tenth",
 		},
 		{
 			name: "FailIgnore policies past the request deadline: the object is admitted unchanged",
@@ -184,11 +184,9 @@ func TestDeadlines(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newTestServer(t, &policy.Bundle{Mutators: tt.mutators})
-			start := time.Now()
-			resp := admissionResponse(t, s.Handler(), tt.path, admissionBody(t, "d", pod(nil)))
-			if elapsed := time.Since(start); elapsed > 5*time.Second {
-				t.Errorf("answered after %s", elapsed)
-			}
+			// A real server and a client timeout bound the request (a late answer
+			// fails as no answer), rather than a timed assertion.
+			resp := admissionResponseOver(t, s.Handler(), tt.path, admissionBody(t, "d", pod(nil)))
 			if resp.Allowed != tt.allowed {
 				t.Fatalf("allowed = %v, want %v: %+v", resp.Allowed, tt.allowed, resp.Result)
 			}

@@ -29,6 +29,7 @@ const (
 	outcomeBadRequest  = "bad_request" // 4xx: malformed, too large, wrong method or type
 	outcomeUnavailable = "unavailable" // 503: no policy set loaded
 	outcomePanic       = "panic"       // 500: recovered panic
+	outcomeTimeout     = "timeout"     // 504: the deadline passed before an answer was ready
 )
 
 func newMetrics() *metrics {

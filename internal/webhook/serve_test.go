@@ -223,7 +223,7 @@ func TestServeDrainsInFlightRequestsOnShutdown(t *testing.T) {
 	}()
 	select {
 	case <-slow.started:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the request did not reach the policy")
 	}
 	if err := stop(); err != nil {

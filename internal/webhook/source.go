@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -43,29 +42,30 @@ type FolderSource struct {
 	Context  []string
 	// NewLoader returns a loader whose dialects read the given store.
 	NewLoader func(*objects.Store) *policy.Loader
+	// Reader bounds what is read (its Warn is replaced: files that are not regular,
+	// such as a FIFO, are skipped with a note rather than opened, which would block).
+	Reader policy.Reader
 }
 
-// maxFingerprintBytes bounds how much a fingerprint reads, so that a folder that grows
-// without end cannot stall the reload loop.
-const maxFingerprintBytes = 256 << 20
-
-// Fingerprint hashes the names, sizes, modification times and contents of every file
-// under the policy folder and the context paths.
+// Fingerprint hashes the names, modes, sizes, modification times, inodes and status
+// change times of every file under the policy folder and the context paths, and never
+// their contents: it runs every couple of seconds, and reading every file each time
+// cost as much as the policies are large. A write changes the change time even when
+// the size and the modification time are put back.
 func (s *FolderSource) Fingerprint() (string, error) {
 	h := sha256.New()
-	budget := int64(maxFingerprintBytes)
 	for _, root := range append([]string{s.Policies}, s.Context...) {
 		if root == "-" {
 			continue
 		}
-		if err := fingerprintPath(h, root, &budget); err != nil {
+		if err := fingerprintPath(h, root); err != nil {
 			return "", err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func fingerprintPath(h hash.Hash, root string, budget *int64) error {
+func fingerprintPath(h hash.Hash, root string) error {
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -86,36 +86,25 @@ func fingerprintPath(h hash.Hash, root string, budget *int64) error {
 	slices.Sort(files)
 	var num [8]byte
 	for _, f := range files {
-		info, err := os.Stat(f)
+		info, err := os.Stat(f) // never opens the file: a FIFO does not block
 		if err != nil {
 			return fmt.Errorf("fingerprinting %s: %w", f, err)
 		}
+		h.Write([]byte(f)) // a hash.Hash never returns an error
+		binary.LittleEndian.PutUint64(num[:], uint64(info.Mode()))
+		h.Write(num[:])
 		if !info.Mode().IsRegular() {
 			continue
 		}
-		h.Write([]byte(f)) // a hash.Hash never returns an error
 		binary.LittleEndian.PutUint64(num[:], uint64(info.Size()))
 		h.Write(num[:])
 		binary.LittleEndian.PutUint64(num[:], uint64(info.ModTime().UnixNano()))
 		h.Write(num[:])
-		if *budget -= info.Size(); *budget < 0 {
-			return fmt.Errorf("fingerprinting %s: the policy and context files exceed %d MiB", root, maxFingerprintBytes>>20)
-		}
-		if err := hashFile(h, f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func hashFile(h hash.Hash, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("fingerprinting %s: %w", path, err)
-	}
-	defer func() { _ = f.Close() }() // read only: nothing to lose
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("fingerprinting %s: %w", path, err)
+		ino, ctime := fileIdentity(info)
+		binary.LittleEndian.PutUint64(num[:], ino)
+		h.Write(num[:])
+		binary.LittleEndian.PutUint64(num[:], uint64(ctime))
+		h.Write(num[:])
 	}
 	return nil
 }
@@ -128,8 +117,11 @@ func (s *FolderSource) Load() (*Snapshot, error) {
 		return nil, errors.New("policy source has no loader")
 	}
 	store := objects.NewStore()
+	var skipped []string
+	rd := s.Reader
+	rd.Warn = func(msg string) { skipped = append(skipped, msg) }
 	if len(s.Context) > 0 {
-		docs, err := policy.Read(s.Context, nil)
+		docs, err := rd.Read(s.Context, nil)
 		if err != nil {
 			return nil, fmt.Errorf("reading context: %w", err)
 		}
@@ -139,12 +131,12 @@ func (s *FolderSource) Load() (*Snapshot, error) {
 			}
 		}
 	}
-	docs, err := policy.Read([]string{s.Policies}, nil)
+	docs, err := rd.Read([]string{s.Policies}, nil)
 	if err != nil {
 		return nil, err
 	}
 	loader := s.NewLoader(store)
-	snap := &Snapshot{Namespaces: store}
+	snap := &Snapshot{Namespaces: store, Notes: skipped}
 	for _, d := range docs {
 		if d.APIVersion() == "" || d.Kind() == "" || loader.Known(d) {
 			continue

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,5 +291,42 @@ func TestPollClearsAReadErrorWhenTheSourceReadsAgain(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The fingerprint never reads contents: a 64 GiB (sparse) file costs no more than a
+// small one. It used to be hashed in full every poll.
+func TestFingerprintReadsNoContents(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "p.yaml"), teamPolicy)
+	big := filepath.Join(dir, "big.yaml")
+	writeFile(t, big, "")
+	if err := os.Truncate(big, 64<<30); err != nil {
+		t.Skip("no sparse files here:", err)
+	}
+	src := &FolderSource{Policies: dir, NewLoader: newLabelLoader}
+	if _, err := src.Fingerprint(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A FIFO in the policy folder is skipped with a note: it is never opened (which would
+// block the reload loop and shutdown).
+func TestFolderSourceSkipsFIFO(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "p.yaml"), teamPolicy)
+	if err := syscall.Mkfifo(filepath.Join(dir, "q.yaml"), 0o600); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	src := &FolderSource{Policies: dir, NewLoader: newLabelLoader}
+	if _, err := src.Fingerprint(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := src.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Bundle.Mutators) != 1 || len(snap.Notes) == 0 || !strings.Contains(snap.Notes[0], "q.yaml: not a regular file") {
+		t.Fatalf("mutators %d, notes %v", len(snap.Bundle.Mutators), snap.Notes)
 	}
 }

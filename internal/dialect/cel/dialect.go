@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +38,7 @@ type Options struct {
 }
 
 // OrderAnnotation sets a policy's place in the engine's order (an integer, default 0).
-const OrderAnnotation = "morph.dev/order"
+const OrderAnnotation = policy.OrderAnnotation
 
 // dialect is the CEL dialect: Kubernetes MutatingAdmissionPolicies with their bindings and
 // Kyverno MutatingPolicies, compiled by k8s.io/apiserver's own compiler.
@@ -95,20 +94,7 @@ func (d *dialect) Handles(apiVersion, kind string) bool {
 }
 
 // orderOf reads the morph.dev/order annotation.
-func orderOf(doc policy.Document) (int, error) {
-	md, _ := doc.Object["metadata"].(map[string]any)
-	ann, _ := md["annotations"].(map[string]any)
-	v, ok := ann[OrderAnnotation]
-	if !ok {
-		return 0, nil
-	}
-	s, _ := v.(string)
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, doc.Errorf("metadata.annotations."+OrderAnnotation, "%q is not an integer", s)
-	}
-	return n, nil
-}
+func orderOf(doc policy.Document) (int, error) { return doc.Order() }
 
 // Compile implements policy.Dialect.
 func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {

@@ -71,7 +71,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "bad order",
 			doc:  kyvernoDoc("MutatingPolicy", "p", "", "first"),
-			want: `metadata.annotations.morph.dev/order: "first" is not an integer`,
+			want: `metadata.annotations[morph.dev/order]: "first" is not a whole number`,
 		},
 		{
 			name: "namespaced without namespace",

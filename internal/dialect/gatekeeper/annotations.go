@@ -2,12 +2,12 @@ package gatekeeper
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/morph-dev/morph/internal/engine"
 )
@@ -90,15 +90,6 @@ func mutationID(req *engine.Request) (string, error) {
 		name = "object:" + string(raw)
 	}
 	// The namespace UUID of morph's mutation ids (itself a v5 UUID of "morph.dev").
-	ns := [16]byte{0x6b, 0x1f, 0x3c, 0x52, 0x9e, 0x4d, 0x5a, 0x07, 0x8c, 0x31, 0x2d, 0x90, 0x4e, 0x7a, 0x15, 0xc8}
-	h := sha1.New()
-	h.Write(ns[:])
-	h.Write([]byte(name))
-	sum := h.Sum(nil)
-	var u [16]byte
-	copy(u[:], sum)
-	u[6] = (u[6] & 0x0f) | 0x50
-	u[8] = (u[8] & 0x3f) | 0x80
-	x := hex.EncodeToString(u[:])
-	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:], nil
+	ns := uuid.UUID{0x6b, 0x1f, 0x3c, 0x52, 0x9e, 0x4d, 0x5a, 0x07, 0x8c, 0x31, 0x2d, 0x90, 0x4e, 0x7a, 0x15, 0xc8}
+	return uuid.NewSHA1(ns, []byte(name)).String(), nil
 }

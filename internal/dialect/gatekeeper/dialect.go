@@ -29,7 +29,7 @@ const dialectName = "gatekeeper"
 
 // OrderAnnotation on a mutator's metadata sets its place in the engine's order (an
 // integer, default 0).
-const OrderAnnotation = "morph.dev/order"
+const OrderAnnotation = policy.OrderAnnotation
 
 // Options configure the dialect.
 type Options struct {

@@ -3,9 +3,11 @@ package gatekeeper
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +15,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -128,7 +129,8 @@ const (
 
 // externalRef is one mutator's assign.externalData.
 type externalRef struct {
-	index    int // in compiler.refs, written into placeholders
+	index    int    // in compiler.refs
+	marker   string // starts this ref's placeholders: unguessable (see newMarker)
 	id       engine.ID
 	provider *provider
 	source   string
@@ -148,7 +150,11 @@ func (c *compiler) parseExternal(f fields, m *mutator, v any) (*externalRef, err
 	if err := f.known(e, field, "provider", "dataSource", "failurePolicy", "default"); err != nil {
 		return nil, err
 	}
-	r := &externalRef{index: len(c.refs), id: m.id, source: sourceValueAtLocation, failure: failFail}
+	marker, err := newMarker()
+	if err != nil {
+		return nil, err
+	}
+	r := &externalRef{index: len(c.refs), marker: marker, id: m.id, source: sourceValueAtLocation, failure: failFail}
 	name, err := f.str(e["provider"], field+".provider")
 	if err != nil {
 		return nil, err
@@ -185,18 +191,31 @@ func (c *compiler) parseExternal(f fields, m *mutator, v any) (*externalRef, err
 
 // placeholderPrefix starts the string a mutator leaves at its location until the
 // finalizer has asked the provider. The NUL bytes keep it apart from real values:
-// placeholder = prefix ref-index NUL key NUL original, where original is the JSON of
-// the value that was there, or empty when there was none.
+// placeholder = marker key NUL original, where marker = prefix token NUL names the
+// externalRef, and original is the JSON of the value that was there, or empty when
+// there was none. The token is 128 random bits drawn when the policy is compiled: a
+// requester cannot write a placeholder (a Pod annotation holding one made morph send a
+// key of the requester's choice to the provider), and the finalizer resolves only
+// placeholders at the paths their external-data mutator wrote.
 const placeholderPrefix = "\x00morph.dev/external-data\x00"
 
+// newMarker draws a ref's marker.
+func newMarker() (string, error) {
+	var token [16]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return "", fmt.Errorf("external data: drawing a placeholder token: %w", err)
+	}
+	return placeholderPrefix + hex.EncodeToString(token[:]) + "\x00", nil
+}
+
 type placeholder struct {
-	ref      int
+	marker   string
 	key      string
 	original string
 }
 
 func (p placeholder) String() string {
-	return placeholderPrefix + strconv.Itoa(p.ref) + "\x00" + p.key + "\x00" + p.original
+	return p.marker + p.key + "\x00" + p.original
 }
 
 func parsePlaceholder(s string) (placeholder, bool) {
@@ -204,24 +223,23 @@ func parsePlaceholder(s string) (placeholder, bool) {
 	if !ok {
 		return placeholder{}, false
 	}
-	idx, rest, ok1 := strings.Cut(rest, "\x00")
+	token, rest, ok1 := strings.Cut(rest, "\x00")
 	key, orig, ok2 := strings.Cut(rest, "\x00")
-	n, err := strconv.Atoi(idx)
-	if !ok1 || !ok2 || err != nil {
+	if !ok1 || !ok2 {
 		return placeholder{}, false
 	}
-	return placeholder{ref: n, key: key, original: orig}, true
+	return placeholder{marker: placeholderPrefix + token + "\x00", key: key, original: orig}, true
 }
 
 // placeholder is the setter of an Assign taking external data: it leaves a placeholder
 // naming the key; the finalizer replaces it once the object converged.
 func (r *externalRef) placeholder(e env, cur any, exists bool) (any, bool, error) {
 	if s, ok := cur.(string); ok {
-		if p, ok := parsePlaceholder(s); ok && p.ref == r.index {
+		if p, ok := parsePlaceholder(s); ok && p.marker == r.marker {
 			return cur, false, nil
 		}
 	}
-	p := placeholder{ref: r.index}
+	p := placeholder{marker: r.marker}
 	if exists {
 		raw, err := json.Marshal(cur)
 		if err != nil {
@@ -248,20 +266,42 @@ func (r *externalRef) placeholder(e env, cur any, exists bool) (any, bool, error
 // externalFinalizer resolves the placeholders after convergence: one request per
 // provider with all its keys.
 type externalFinalizer struct {
-	refs   []*externalRef
-	client *http.Client
+	refs     []*externalRef
+	byMarker map[string]*externalRef
+	client   *http.Client
 }
 
 func newExternalFinalizer(refs []*externalRef, client *http.Client) *externalFinalizer {
-	return &externalFinalizer{refs: refs, client: client}
+	f := &externalFinalizer{refs: refs, byMarker: make(map[string]*externalRef, len(refs)), client: client}
+	for _, r := range refs {
+		f.byMarker[r.marker] = r
+	}
+	return f
+}
+
+// wrote reports whether the trace shows mutator id writing at ptr (or at a parent of
+// it, for a mutator that created the field's parents).
+func wrote(trace []engine.Change, id engine.ID, ptr string) bool {
+	for _, c := range trace {
+		if c.ID != id {
+			continue
+		}
+		for _, p := range c.Paths {
+			if p == ptr || strings.HasPrefix(ptr, p+"/") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Name names the finalizer in traces.
 func (f *externalFinalizer) Name() string { return "gatekeeper-external-data" }
 
 type found struct {
-	at []any // path segments: string keys and int indexes
-	p  placeholder
+	at  []any // path segments: string keys and int indexes
+	p   placeholder
+	ref *externalRef
 }
 
 func collect(v any, at []any, out *[]found) {
@@ -288,18 +328,26 @@ type lookup struct {
 
 // Finalize asks each provider once and writes the answers (or what the failure policy
 // says) in place of the placeholders.
-func (f *externalFinalizer) Finalize(ctx context.Context, req *engine.Request, obj map[string]any, _ []engine.Change, w *engine.Writer) (map[string]any, []string, error) {
+func (f *externalFinalizer) Finalize(ctx context.Context, req *engine.Request, obj map[string]any, trace []engine.Change, w *engine.Writer) (map[string]any, []string, error) {
+	var candidates []found
+	collect(obj, nil, &candidates)
+	// Only the placeholders of this policy set, at paths their mutator wrote: anything
+	// else that looks like one came with the request and is left as it is.
 	var all []found
-	collect(obj, nil, &all)
+	for _, fd := range candidates {
+		ref := f.byMarker[fd.p.marker]
+		if ref == nil || !wrote(trace, ref.id, pointerOf(fd.at)) {
+			continue
+		}
+		fd.ref = ref
+		all = append(all, fd)
+	}
 	if len(all) == 0 {
 		return obj, nil, nil
 	}
 	keys := map[*provider][]string{}
 	for _, fd := range all {
-		if fd.p.ref >= len(f.refs) {
-			return obj, nil, fmt.Errorf("unknown external data placeholder at %s", pointerOf(fd.at))
-		}
-		pr := f.refs[fd.p.ref].provider
+		pr := fd.ref.provider
 		if !slices.Contains(keys[pr], fd.p.key) {
 			keys[pr] = append(keys[pr], fd.p.key)
 		}
@@ -323,7 +371,7 @@ func (f *externalFinalizer) Finalize(ctx context.Context, req *engine.Request, o
 	var warnings []string
 	var errs []error
 	for _, fd := range all {
-		ref := f.refs[fd.p.ref]
+		ref := fd.ref
 		res := results[ref.provider]
 		var problem error
 		var value any

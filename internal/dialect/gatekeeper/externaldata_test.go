@@ -174,12 +174,51 @@ func TestExternalDataCompile(t *testing.T) {
 }
 
 func TestPlaceholderRoundTrip(t *testing.T) {
-	p := placeholder{ref: 3, key: "a\x00b"[:1], original: `{"x":1}`}
+	marker, err := newMarker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := placeholder{marker: marker, key: "a\x00b"[:1], original: `{"x":1}`}
 	got, ok := parsePlaceholder(p.String())
 	if !ok || got != p {
 		t.Fatalf("parsePlaceholder = %+v, %v", got, ok)
 	}
 	if _, ok := parsePlaceholder("nginx"); ok {
 		t.Fatal("a plain string parsed as a placeholder")
+	}
+}
+
+// A placeholder that comes with the request is never resolved: neither one with the
+// old fixed marker nor a guess. Only the paths the external-data mutator wrote are
+// sent to the provider. A Pod annotation holding the marker used to make morph send a
+// key of the requester's choice to the provider and write the answer into metadata.
+func TestExternalDataPlaceholdersCannotBeForged(t *testing.T) {
+	srv, calls, ca := startProvider(t)
+	b, err := compile(t, Options{AllowExternalData: true}, externalPolicy(srv.URL+"/ok", ca, "Fail"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := engine.NewSet(b.Mutators, b.Finalizers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedOld := placeholderPrefix + "0\x00secret-key\x00"
+	forgedNew := placeholderPrefix + "00000000000000000000000000000000\x00secret-key\x00"
+	in := obj(t, `{apiVersion: v1, kind: Pod, metadata: {name: p, namespace: ns}, spec: {containers: [{name: a, image: "nginx:1"}]}}`)
+	in["metadata"].(map[string]any)["annotations"] = map[string]any{"old": forgedOld, "new": forgedNew}
+	before := calls.Load()
+	res, err := set.Mutate(context.Background(), objectRequest(in, nil, engine.Create))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load() - before; n != 1 {
+		t.Fatalf("%d provider requests, want 1", n)
+	}
+	ann := res.Object["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if ann["old"] != forgedOld || ann["new"] != forgedNew {
+		t.Errorf("forged placeholders were resolved: %q", ann)
+	}
+	if got := res.Object["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"]; got != "mirror.example.com/nginx:1" {
+		t.Errorf("image = %v", got)
 	}
 }

@@ -110,16 +110,11 @@ func (c *compiler) compileMutator(doc policy.Document) (*mutator, error) {
 		m.failure = engine.FailClose
 	}
 	meta, _ := doc.Object["metadata"].(map[string]any)
-	if ann, _ := meta["annotations"].(map[string]any); ann != nil {
-		if v, ok := ann[OrderAnnotation]; ok {
-			s, _ := v.(string)
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				return nil, f.errorf("metadata.annotations."+OrderAnnotation, "%q is not an integer", s)
-			}
-			m.id.Order = n
-		}
+	order, err := doc.Order()
+	if err != nil {
+		return nil, err
 	}
+	m.id.Order = order
 	if g, ok := meta["generation"].(int64); ok && g > 0 {
 		m.generation = g
 	}

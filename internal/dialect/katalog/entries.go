@@ -32,6 +32,7 @@ type Entry struct {
 	rules      []*rule
 	validation []*validationRule
 	stats      *ConversionStats
+	budget     Budget
 }
 
 // APITypes names the custom resource of an entry.

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/morph-dev/morph/internal/engine"
 )
@@ -45,6 +47,9 @@ func Funcs() template.FuncMap {
 		fnField: fieldOf,
 		fnText:  printed,
 		fnTyped: typedJSON,
+		// Unbounded forms of the budget's hooks; Value.Eval binds bounded ones.
+		fnRange: func(_ int, v any) (any, error) { return v, nil },
+		fnStep:  func(v any) any { return v },
 
 		"default":  defaultValue,
 		"empty":    isEmpty,
@@ -149,10 +154,16 @@ func coalesce(vs ...any) any {
 	return ""
 }
 
+// title upper-cases (title-cases) the first letter of each word, a rune, not a byte:
+// "émile zola" is "Émile Zola". Words are separated by single spaces in the result.
 func title(v any) string {
 	words := strings.Fields(printed(v))
 	for i, w := range words {
-		words[i] = strings.ToUpper(w[:1]) + w[1:]
+		r, size := utf8.DecodeRuneInString(w)
+		if r == utf8.RuneError && size <= 1 {
+			continue // not UTF-8: left as it is
+		}
+		words[i] = string(unicode.ToTitle(r)) + w[size:]
 	}
 	return strings.Join(words, " ")
 }
@@ -207,7 +218,7 @@ func trunc(n int, v any) string {
 	switch {
 	case n >= 0 && n < len(r):
 		return string(r[:n])
-	case n < 0 && -n < len(r):
+	case n < 0 && n > -len(r): // not -n, which overflows for the smallest int
 		return string(r[len(r)+n:])
 	}
 	return string(r)
@@ -227,14 +238,67 @@ func rest(l []any) []any {
 	return slices.Clone(l[1:])
 }
 
+// uniq keeps the first of equal elements (equal as engine.Equal has it: 1 and 1.0 are
+// equal). It keys each element by its canonical form, so that it takes time linear in
+// the list's size rather than quadratic.
 func uniq(l []any) []any {
 	out := make([]any, 0, len(l))
+	seen := make(map[string]bool, len(l))
+	var b strings.Builder
 	for _, e := range l {
-		if !slices.ContainsFunc(out, func(o any) bool { return engine.Equal(o, e) }) {
+		b.Reset()
+		canonicalKey(&b, e)
+		if k := b.String(); !seen[k] {
+			seen[k] = true
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// canonicalKey writes a form of v that is equal for values engine.Equal finds equal.
+func canonicalKey(b *strings.Builder, v any) {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("z")
+	case string:
+		b.WriteString("s")
+		b.WriteString(strconv.Quote(x))
+	case bool:
+		b.WriteString("b")
+		b.WriteString(strconv.FormatBool(x))
+	case map[string]any:
+		ks := make([]string, 0, len(x))
+		for k := range x {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		b.WriteString("{")
+		for _, k := range ks {
+			b.WriteString(strconv.Quote(k))
+			b.WriteString(":")
+			canonicalKey(b, x[k])
+			b.WriteString(",")
+		}
+		b.WriteString("}")
+	case []any:
+		b.WriteString("[")
+		for _, e := range x {
+			canonicalKey(b, e)
+			b.WriteString(",")
+		}
+		b.WriteString("]")
+	default:
+		if _, f, _, err := numberOf(v); err == nil {
+			if f == 0 {
+				f = 0 // -0 equals 0
+			}
+			b.WriteString("n")
+			b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
+			return
+		}
+		fmt.Fprintf(b, "%T:%v", v, v)
+	}
 }
 
 func sortAlpha(l []any) []any {
@@ -275,14 +339,17 @@ func numberOf(v any) (i int64, f float64, isInt bool, err error) {
 	case int:
 		return int64(x), float64(x), true, nil
 	case float64:
-		return int64(x), x, false, nil
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return 0, 0, false, fmt.Errorf("%v is not a finite number", x)
+		}
+		return 0, x, false, nil
 	case string:
 		s := strings.TrimSpace(x)
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return n, float64(n), true, nil
 		}
-		if g, err := strconv.ParseFloat(s, 64); err == nil {
-			return int64(g), g, false, nil
+		if g, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(g) && !math.IsInf(g, 0) {
+			return 0, g, false, nil
 		}
 	}
 	return 0, 0, false, fmt.Errorf("%s is not a number", quoteValue(v))
@@ -325,11 +392,24 @@ func arith(op string, a, b any) (any, error) {
 	if aInt && bInt {
 		switch op {
 		case "add":
-			return ai + bi, nil
+			if r := ai + bi; (r > ai) == (bi > 0) {
+				return r, nil
+			}
+			return nil, overflow(op, ai, bi)
 		case "sub":
-			return ai - bi, nil
+			if r := ai - bi; (r < ai) == (bi > 0) {
+				return r, nil
+			}
+			return nil, overflow(op, ai, bi)
 		case "mul":
-			return ai * bi, nil
+			if ai == 0 || bi == 0 {
+				return int64(0), nil
+			}
+			r := ai * bi
+			if r/bi != ai || (ai == -1 && bi == math.MinInt64) || (bi == -1 && ai == math.MinInt64) {
+				return nil, overflow(op, ai, bi)
+			}
+			return r, nil
 		case "max":
 			return max(ai, bi), nil
 		case "min":
@@ -339,32 +419,49 @@ func arith(op string, a, b any) (any, error) {
 				return nil, errors.New("division by zero")
 			}
 			if op == "div" {
+				if ai == math.MinInt64 && bi == -1 {
+					return nil, overflow(op, ai, bi)
+				}
 				return ai / bi, nil
+			}
+			if bi == -1 {
+				return int64(0), nil
 			}
 			return ai % bi, nil
 		}
 	}
+	var r float64
 	switch op {
 	case "add":
-		return af + bf, nil
+		r = af + bf
 	case "sub":
-		return af - bf, nil
+		r = af - bf
 	case "mul":
-		return af * bf, nil
+		r = af * bf
 	case "max":
-		return math.Max(af, bf), nil
+		r = math.Max(af, bf)
 	case "min":
-		return math.Min(af, bf), nil
+		r = math.Min(af, bf)
 	case "div", "mod":
 		if bf == 0 {
 			return nil, errors.New("division by zero")
 		}
 		if op == "div" {
-			return af / bf, nil
+			r = af / bf
+		} else {
+			r = math.Mod(af, bf)
 		}
-		return math.Mod(af, bf), nil
+	default:
+		return nil, fmt.Errorf("unknown operation %s", op)
 	}
-	return nil, fmt.Errorf("unknown operation %s", op)
+	if math.IsInf(r, 0) || math.IsNaN(r) {
+		return nil, fmt.Errorf("%s %v %v overflows a float64", op, af, bf)
+	}
+	return r, nil
+}
+
+func overflow(op string, a, b int64) error {
+	return fmt.Errorf("%s %d %d overflows a 64-bit integer", op, a, b)
 }
 
 func toInt(v any) (int64, error) {
@@ -373,7 +470,12 @@ func toInt(v any) (int64, error) {
 		return 0, err
 	}
 	if !isInt {
-		return int64(math.Trunc(f)), nil
+		t := math.Trunc(f)
+		// float64(math.MaxInt64) is 2^63, which does not fit.
+		if t < math.MinInt64 || t >= math.MaxInt64 {
+			return 0, fmt.Errorf("%v does not fit a 64-bit integer", f)
+		}
+		return int64(t), nil
 	}
 	return i, nil
 }

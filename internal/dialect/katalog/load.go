@@ -6,7 +6,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"text/template"
 
@@ -24,7 +23,7 @@ const (
 	Kind        = "Katalog"
 	DialectName = "katalog"
 	// OrderAnnotation on a Katalog's metadata places its entries in the engine's order.
-	OrderAnnotation = "morph.dev/order"
+	OrderAnnotation = policy.OrderAnnotation
 )
 
 // Options configures the dialect.
@@ -34,6 +33,9 @@ type Options struct {
 	// int64, number to int64 or float64, boolean to bool. May be nil: values then stay
 	// strings, as spec 000's patch examples show ("2").
 	Objects *objects.Store
+	// Budget bounds each evaluation of a template (a default, override or conversion
+	// value); zero fields take DefaultSteps and DefaultBytes.
+	Budget Budget
 }
 
 // Dialect compiles Katalogs. Create it with New.
@@ -103,18 +105,10 @@ func (c *compiler) document(doc policy.Document) []*Entry {
 		c.errs = append(c.errs, doc.Wrap("", err))
 		return nil
 	}
-	order := 0
-	if meta, ok := doc.Object["metadata"].(map[string]any); ok {
-		if ann, ok := meta["annotations"].(map[string]any); ok {
-			if v, ok := ann[OrderAnnotation]; ok {
-				n, err := strconv.Atoi(strings.TrimSpace(printed(v)))
-				if err != nil {
-					c.errs = append(c.errs, doc.Errorf(`metadata.annotations."morph.dev/order"`, "%q is not an integer: give a whole number such as \"10\"", printed(v)))
-					return nil
-				}
-				order = n
-			}
-		}
+	order, err := doc.Order()
+	if err != nil {
+		c.errs = append(c.errs, err)
+		return nil
 	}
 	if doc.Name() == "" {
 		c.errs = append(c.errs, doc.Errorf("metadata.name", "a Katalog needs a name"))
@@ -142,7 +136,7 @@ func (c *compiler) document(doc policy.Document) []*Entry {
 			continue
 		}
 		seen[r.name] = r.field
-		e := &Entry{Katalog: doc.Name(), Name: r.name, doc: doc, field: r.field}
+		e := &Entry{Katalog: doc.Name(), Name: r.name, doc: doc, field: r.field, budget: c.opts.Budget.withDefaults()}
 		e.id = engine.ID{Order: order, Dialect: DialectName, Kind: Kind, Namespace: doc.Namespace(), Name: doc.Name(), Part: r.name}
 		if err := c.entry(e, r.object); err != nil {
 			if r.listed {

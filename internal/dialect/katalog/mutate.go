@@ -34,15 +34,25 @@ func (m *Mutator) Entry() *Entry { return m.entry }
 // before it. A default applies when the field is absent, null, "", {} or []; an override
 // always applies; a rule whose value equals the current one changes nothing.
 //
-// When it changed something it notes the reconcile-time event of spec 000 (see Event).
-func (m *Mutator) Mutate(_ context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+// Templates run under the entry's budget, whose bytes are at most what the request's
+// write budget has left (engine.Writer.Remaining), and each rendered string is charged
+// to it. When it changed something it notes the reconcile-time event of spec 000
+// (DefaultsAppliedMessage).
+func (m *Mutator) Mutate(ctx context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
 	var applied []FieldValue
 	for _, r := range m.entry.rules {
 		cur, present := r.field.Get(obj)
 		if r.action == "default" && present && !isEmpty(cur) {
 			continue
 		}
-		v, err := r.value.Eval(obj)
+		budget := m.entry.budget
+		budget.Bytes = max(min(budget.Bytes, w.Remaining()), 1)
+		v, err := r.value.Eval(ctx, obj, budget)
+		if err == nil {
+			if s, ok := v.(string); ok {
+				err = w.Charge(len(s))
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("mutation rule %s for field %q: resolving template %q: %w", r.action, r.text, r.value.raw, err)
 		}

@@ -144,7 +144,7 @@ func (c *Converter) convert(ctx context.Context, obj map[string]any, toAPIVersio
 		if err := ctx.Err(); err != nil {
 			return nil, to.Version, fmt.Errorf("converting %s: %w", objectName(obj), err)
 		}
-		next, err := c.apply(p, cur)
+		next, err := c.apply(ctx, p, cur)
 		if err != nil {
 			return nil, to.Version, fmt.Errorf("converting %s from %s to %s: %w", objectName(obj), p.From, p.To, err)
 		}
@@ -182,7 +182,7 @@ func (c *Converter) route(from, to string) ([]*ConversionPath, error) {
 }
 
 // apply runs one path on src.
-func (c *Converter) apply(p *ConversionPath, src map[string]any) (map[string]any, error) {
+func (c *Converter) apply(ctx context.Context, p *ConversionPath, src map[string]any) (map[string]any, error) {
 	w := engine.NewWriter()
 	out := w.Map(src)
 	if c.gk.Group == "" {
@@ -191,7 +191,7 @@ func (c *Converter) apply(p *ConversionPath, src map[string]any) (map[string]any
 		out["apiVersion"] = c.gk.Group + "/" + p.To
 	}
 	for _, f := range p.fields {
-		v, err := f.value.Eval(src)
+		v, err := f.value.Eval(ctx, src, c.owner.budget)
 		if err != nil {
 			return nil, fmt.Errorf("%s: resolving %q: %w", f.field, f.value.raw, err)
 		}

@@ -2,6 +2,7 @@ package katalog
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ const (
 	fnField = "field"        // field OBJ KEY...: a field of OBJ, "" when absent or null
 	fnText  = "katalogText"  // the printed form of an action's value
 	fnTyped = "katalogTyped" // the JSON form of a single action's value
+	fnRange = "katalogRange" // katalogRange VARS V: what a range iterates, one step per iteration
+	fnStep  = "katalogStep"  // katalogStep V: V, one step (ends every template call's pipeline)
 )
 
 // valueKind says how a compiled Value is evaluated.
@@ -45,7 +48,7 @@ type Value struct {
 	kind     valueKind
 	constant any
 	field    Path
-	tmpl     *template.Template
+	tmpl     *templatePool
 }
 
 // IsPlain reports whether a string is returned as is, with no template parsing: it holds
@@ -55,6 +58,9 @@ func IsPlain(s string) bool { return !strings.Contains(s, "{{") }
 // compileValue compiles a YAML value: strings as templates (plain strings on the fast
 // path), any other value as a constant of its own type.
 func compileValue(name string, v any, funcs template.FuncMap) (*Value, error) {
+	if funcs == nil {
+		funcs = Funcs()
+	}
 	s, ok := v.(string)
 	if !ok {
 		return &Value{raw: fmt.Sprint(v), kind: constantValue, constant: v}, nil
@@ -66,7 +72,7 @@ func compileValue(name string, v any, funcs template.FuncMap) (*Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	val := &Value{raw: s, tmpl: t}
+	val := &Value{raw: s, tmpl: &templatePool{base: t, lib: funcs}}
 	action := singleAction(t.Tree)
 	if p, ok := plainReference(action); ok {
 		val.kind, val.field = fieldValue, p
@@ -91,24 +97,28 @@ func compileValue(name string, v any, funcs template.FuncMap) (*Value, error) {
 func (v *Value) String() string { return v.raw }
 
 // Eval evaluates the value against obj, which it never modifies. A typed result may
-// share containers with obj.
-func (v *Value) Eval(obj map[string]any) (any, error) {
+// share containers with obj. The evaluation is bounded by budget (zero fields take the
+// defaults) and stops when ctx ends.
+func (v *Value) Eval(ctx context.Context, obj map[string]any, budget Budget) (any, error) {
 	switch v.kind {
 	case constantValue:
 		return v.constant, nil
 	case fieldValue:
 		return fieldOf(obj, v.field...), nil
 	}
-	var out bytes.Buffer
-	if err := v.tmpl.Execute(&out, obj); err != nil {
+	out, err := v.tmpl.execute(ctx, obj, budget)
+	if err != nil {
+		if cause := budgetCause(err); cause != nil {
+			return nil, cause
+		}
 		// Drop text/template's location, which shows the compiled (rewritten) action
 		// rather than what the user wrote; the caller names the expression.
 		return nil, withoutLocation(err)
 	}
 	if v.kind == textValue {
-		return out.String(), nil
+		return string(out), nil
 	}
-	dec := json.NewDecoder(&out)
+	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.UseNumber()
 	var res any
 	if err := dec.Decode(&res); err != nil {
@@ -190,10 +200,24 @@ func rewriteList(l *parse.ListNode) {
 			rewriteBranch(&x.BranchNode)
 		case *parse.RangeNode:
 			rewriteBranch(&x.BranchNode)
+			// Every range goes through katalogRange, which charges a step per
+			// iteration; it needs to know how many variables the range declares.
+			vars := len(x.Pipe.Decl)
+			cmd := call(fnRange, x.Pipe.Position())
+			cmd.Args = append(cmd.Args, &parse.NumberNode{NodeType: parse.NodeNumber, Pos: x.Pipe.Position(), IsInt: true, Int64: int64(vars), Text: strconv.Itoa(vars)})
+			x.Pipe.Cmds = append(x.Pipe.Cmds, cmd)
 		case *parse.WithNode:
 			rewriteBranch(&x.BranchNode)
 		case *parse.TemplateNode:
+			// A template call costs a step, so that recursive templates are bounded.
+			if x.Pipe == nil {
+				cmd := call(fnStep, x.Position())
+				cmd.Args = append(cmd.Args, &parse.NilNode{NodeType: parse.NodeNil, Pos: x.Position()})
+				x.Pipe = &parse.PipeNode{NodeType: parse.NodePipe, Pos: x.Position(), Cmds: []*parse.CommandNode{cmd}}
+				continue
+			}
 			rewritePipe(x.Pipe)
+			x.Pipe.Cmds = append(x.Pipe.Cmds, call(fnStep, x.Pipe.Position()))
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package katalog
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -60,7 +61,7 @@ func TestValueEval(t *testing.T) {
 			t.Errorf("%v: %v", tt.in, err)
 			continue
 		}
-		got, err := v.Eval(obj)
+		got, err := v.Eval(context.Background(), obj, Budget{})
 		if err != nil {
 			t.Errorf("%v: %v", tt.in, err)
 			continue
@@ -119,7 +120,7 @@ func TestFuncs(t *testing.T) {
 			t.Errorf("%s: %v", tt.in, err)
 			continue
 		}
-		got, err := v.Eval(obj)
+		got, err := v.Eval(context.Background(), obj, Budget{})
 		if err != nil {
 			t.Errorf("%s: %v", tt.in, err)
 			continue
@@ -134,7 +135,7 @@ func TestFuncs(t *testing.T) {
 			t.Errorf("%s: parse: %v", bad, err)
 			continue
 		}
-		if _, err := v.Eval(obj); err == nil {
+		if _, err := v.Eval(context.Background(), obj, Budget{}); err == nil {
 			t.Errorf("%s: want an error", bad)
 		}
 	}
