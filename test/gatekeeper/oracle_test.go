@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -41,43 +40,19 @@ type oracle struct {
 	mu  sync.Mutex
 }
 
-var (
-	oracleOnce sync.Once
-	oraclePath string
-	oracleErr  error
-)
-
-// oracleBinary returns the oracle's path: $GATEKEEPER_ORACLE, or what
-// hack/build-gatekeeper.sh builds (or finds in its cache). It skips the test when
-// MORPH_E2E=0, the one switch that turns off the tests needing built reference binaries.
+// oracleBinary returns the oracle's path, $GATEKEEPER_ORACLE (set by TestMain from
+// hack/build-gatekeeper.sh). It skips the test when MORPH_E2E=0, the one switch that
+// turns off the tests needing reference binaries built from the module proxy.
 func oracleBinary(t testing.TB) string {
 	t.Helper()
 	if os.Getenv("MORPH_E2E") == "0" {
 		t.Skip("Gatekeeper differential test skipped: MORPH_E2E=0 (it needs the oracle built by hack/build-gatekeeper.sh)")
 	}
-	oracleOnce.Do(func() {
-		if p := os.Getenv("GATEKEEPER_ORACLE"); p != "" {
-			oraclePath = p
-			return
-		}
-		script, err := findScript("hack/build-gatekeeper.sh")
-		if err != nil {
-			oracleErr = err
-			return
-		}
-		cmd := exec.Command(script)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			oracleErr = fmt.Errorf("%s: %w", script, err)
-			return
-		}
-		oraclePath = strings.TrimSpace(string(out))
-	})
-	if oracleErr != nil {
-		t.Fatalf("cannot build the Gatekeeper oracle: %v", oracleErr)
+	p := os.Getenv("GATEKEEPER_ORACLE")
+	if p == "" {
+		t.Fatal("GATEKEEPER_ORACLE is not set: TestMain builds the oracle unless MORPH_E2E=0")
 	}
-	return oraclePath
+	return p
 }
 
 func findScript(rel string) (string, error) {
