@@ -12,7 +12,7 @@ import (
 
 // The fixed seed set `make unit` runs; -seed and -n choose others for longer runs:
 //
-//	go test ./test/gatekeeper/ -run TestDifferential -seed 7 -n 20000
+//	go test ./test/gatekeeper/ -run TestDifferential -args -seed 7 -n 20000
 var (
 	flagSeed  = flag.Uint64("seed", fixedSeed, "generator seed of the differential test")
 	flagN     = flag.Int("n", fixedCases, "number of cases of the differential test")
@@ -66,7 +66,7 @@ func TestDifferential(t *testing.T) {
 		}
 		c := minimise(t, o, cases[i])
 		m, r := runMorph(c), mustRun(t, o, c)
-		t.Errorf("case %s differs (go test ./test/gatekeeper/ -run TestDifferential -seed %d -case %d): %s\n%s",
+		t.Errorf("case %s differs (go test ./test/gatekeeper/ -run TestDifferential -args -seed %d -case %d): %s\n%s",
 			cases[i].Name, *flagSeed, i, compare(m, r).What, describeCase(c, m, r))
 	}
 }
@@ -84,10 +84,27 @@ func mustRun(t *testing.T, o *oracle, c Case) oracleResult {
 type summary struct {
 	total, identical, bothFailed int
 	classes                      map[string]int
+	// What the cases exercised, by Gatekeeper's answer.
+	mutated, refused, isolated, conflicts, notConverged int
 }
 
 func (s *summary) add(m morphResult, o oracleResult, class string) {
 	s.total++
+	if o.Object != nil && o.Mutated {
+		s.mutated++
+	}
+	if len(o.Refused) > 0 {
+		s.refused++
+	}
+	if len(o.Failed) > 0 {
+		s.isolated++
+	}
+	if len(o.Conflicts) > 0 {
+		s.conflicts++
+	}
+	if o.NotConverged {
+		s.notConverged++
+	}
 	if s.classes == nil {
 		s.classes = map[string]int{}
 	}
@@ -112,6 +129,8 @@ func (s *summary) agreement() float64 {
 func (s *summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%.2f%% agree (%d identical objects, %d failing alike)", s.agreement(), s.identical, s.bothFailed)
+	fmt.Fprintf(&b, "; Gatekeeper mutated %d, refused a mutator in %d, isolated a failing mutator in %d, saw schema conflicts in %d, did not converge in %d",
+		s.mutated, s.refused, s.isolated, s.conflicts, s.notConverged)
 	names := make([]string, 0, len(s.classes))
 	for k := range s.classes {
 		names = append(names, k)

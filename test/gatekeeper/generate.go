@@ -177,6 +177,9 @@ func (g *gen) podSpec() map[string]any {
 	for range g.n(1, 3) {
 		cs = append(cs, g.container(used))
 	}
+	if g.pct(2) {
+		cs = append(cs, "not-an-object")
+	}
 	spec["containers"] = cs
 	if g.pct(35) {
 		var ics []any
@@ -232,7 +235,7 @@ func (g *gen) container(used map[string]bool) map[string]any {
 		c["imagePullPolicy"] = g.pick("Always", "IfNotPresent", "Never")
 	}
 	if g.pct(40) {
-		var as []any
+		as := []any{}
 		for range g.n(0, 3) {
 			as = append(as, g.pick(args...)) // duplicates happen, as in real args
 		}
@@ -269,6 +272,9 @@ func (g *gen) container(used map[string]bool) map[string]any {
 	if g.pct(15) {
 		c["securityContext"] = map[string]any{"privileged": g.pct(50)}
 	}
+	if g.pct(3) {
+		c[g.pick("args", "image", "env", "imagePullPolicy")] = nil // an explicit null
+	}
 	return c
 }
 
@@ -279,9 +285,11 @@ func (g *gen) mutators(ok objectKind) string {
 	names := map[string]int{}
 	for range n {
 		var m map[string]any
-		switch g.weighted(40, 20, 20, 20) {
+		switch g.weighted(40, 20, 20, 20, 5) {
 		case 0:
 			m = g.assign(ok)
+		case 4:
+			m = g.misfit(ok)
 		case 1:
 			m = g.modifySet(ok)
 		case 2:
@@ -509,11 +517,11 @@ func (g *gen) assignImage(ok objectKind) map[string]any {
 	for len(params) == 0 || g.pct(30) {
 		switch g.r.IntN(3) {
 		case 0:
-			params["assignDomain"] = g.pick("gcr.io", "my.registry.io:5000", "localhost", "localhost:5000", "registry:5000", "docker.io", "a.b/c")
+			params["assignDomain"] = g.pick("gcr.io", "my.registry.io:5000", "localhost", "localhost:5000", "docker.io", "gcr.io", g.pick("registry:5000", "a.b/c"))
 		case 1:
-			params["assignPath"] = g.pick("app", "repo/app", "library/nginx", "my.repo.lib/app", "foo.bar", "Bad/Path", "a/")
+			params["assignPath"] = g.pick("app", "repo/app", "library/nginx", "foo.bar", "app", g.pick("my.repo.lib/app", "Bad/Path", "a/"))
 		default:
-			params["assignTag"] = g.pick(":v2", ":latest", digest, "v2", "@sha256:short", ":1.0"+digest)
+			params["assignTag"] = g.pick(":v2", ":latest", digest, ":v2", g.pick("v2", "@sha256:short", ":1.0"+digest))
 		}
 		if g.pct(2) {
 			params = map[string]any{}
@@ -526,6 +534,31 @@ func (g *gen) assignImage(ok objectKind) map[string]any {
 	m := g.head("AssignImage", ok, loc)
 	m["spec"].(map[string]any)["parameters"] = params
 	return m
+}
+
+// misfit returns a mutator whose location does not fit the object's schema (a list
+// addressed as an object, a string as a list, or a list keyed by another field): it
+// fails at request time or conflicts with the other mutators' schema.
+func (g *gen) misfit(ok objectKind) map[string]any {
+	p := g.podPrefix(ok)
+	switch g.r.IntN(4) {
+	case 0:
+		m := g.head("Assign", ok, p+".containers.image")
+		m["spec"].(map[string]any)["parameters"] = map[string]any{"assign": map[string]any{"value": "nginx"}}
+		return m
+	case 1:
+		m := g.head("ModifySet", ok, fmt.Sprintf("%s.containers[name: %s].image", p, g.containerSel()))
+		m["spec"].(map[string]any)["parameters"] = map[string]any{"values": map[string]any{"fromList": []any{"x"}}}
+		return m
+	case 2:
+		m := g.head("AssignImage", ok, fmt.Sprintf("%s.containers[name: %s].ports", p, g.containerSel()))
+		m["spec"].(map[string]any)["parameters"] = map[string]any{"assignTag": ":v1"}
+		return m
+	default:
+		m := g.head("Assign", ok, fmt.Sprintf("%s.containers[image: nginx].imagePullPolicy", p))
+		m["spec"].(map[string]any)["parameters"] = map[string]any{"assign": map[string]any{"value": "Always"}}
+		return m
+	}
 }
 
 func (g *gen) assignMetadata() map[string]any {
@@ -555,8 +588,13 @@ func (g *gen) pathTests(loc string) []any {
 	}
 	prefixes := locationPrefixes(loc)
 	var tests []any
+	used := map[string]bool{}
 	for range g.n(1, 3) {
 		sub := prefixes[g.r.IntN(len(prefixes))]
+		if used[sub] && !g.pct(10) {
+			continue // rarely, two tests of one path (which must agree)
+		}
+		used[sub] = true
 		if g.pct(8) {
 			sub = strings.Replace(sub, "[name: *]", "[name: app]", 1)
 		}

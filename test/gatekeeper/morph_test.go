@@ -29,6 +29,11 @@ type morphResult struct {
 
 func runMorph(c Case) morphResult {
 	var r morphResult
+	// Both engines see the object as JSON carries it (a nil Go slice is null).
+	c.Object = clone(c.Object)
+	if c.Namespace != nil {
+		c.Namespace = clone(c.Namespace)
+	}
 	docs, err := policy.Decode("case.yaml", []byte(c.Mutators))
 	if err != nil {
 		r.Error = err.Error()
