@@ -14,8 +14,9 @@
 # The cache directory is keyed by the hash of hack/gatekeeper's go.mod, go.sum and
 # main.go: ${MORPH_E2E_CACHE}/gatekeeper-v3.23.1-<hash>/ holds gatekeeper-oracle and
 # crds/ (Gatekeeper's mutator CRDs, copied from the module). A change to the oracle or
-# to its pins builds a new directory. The binary is built with CGO_ENABLED=0 -trimpath
-# into a temporary directory and moved into place only after it answers a probe case.
+# to its pins builds a new directory (and removes the older ones). The binary is built
+# with CGO_ENABLED=0 -trimpath into a temporary directory and moved into place only
+# after it answers a probe case.
 # Concurrent invocations serialise on a lock file. Any failure exits non-zero with a
 # message on stderr.
 set -euo pipefail
@@ -86,5 +87,9 @@ rm -rf "${OUT}"
 mv "${TMP}" "${OUT}" || die "cannot move the oracle into ${OUT}"
 trap - EXIT
 check_dir "${OUT}" || die "the oracle in ${OUT} fails the probe after install"
+# Older builds (other pins or another main.go) are never used again.
+for old in "${CACHE_ROOT}"/gatekeeper-*; do
+	[[ -d "${old}" && "${old}" != "${OUT}" ]] && rm -rf "${old}"
+done
 log "built in $((SECONDS - start))s"
 echo "${BIN}"
