@@ -70,13 +70,19 @@ func (w *Writer) disown() {
 
 // passSettles reports whether a pass that changed something has converged all the same:
 // every mutator that changed it is reinvoked until convergence (ReinvokeIfNeeded, which
-// is Gatekeeper's), and the paths they changed hold what they held before the pass.
-// Passes with a ReinvokeNever or ReinvokeOnce changer keep kube-apiserver's rule (any
-// change reinvokes), so that CEL and Katalog policies behave as before.
+// is Gatekeeper's), no ReinvokeOnce mutator would run in the next pass, and the paths
+// the changers named hold what they held before the pass. Otherwise kube-apiserver's
+// rule stays (any reported change reinvokes), so that CEL and Katalog policies behave
+// exactly as before.
 func passSettles(cands []*compiled, changedBy []int, trace []Change, pass int, before, after map[string]any) bool {
 	var paths []string
 	for _, i := range changedBy {
 		if cands[i].reinvoke != ReinvokeIfNeeded {
+			return false
+		}
+	}
+	for _, c := range cands {
+		if c.reinvoke == ReinvokeOnce && runs(c.reinvoke, pass+1) {
 			return false
 		}
 	}

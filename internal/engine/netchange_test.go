@@ -79,3 +79,21 @@ func TestNetChanged(t *testing.T) {
 		}
 	}
 }
+
+// A ReinvokeOnce mutator that would run in the next pass keeps kube-apiserver's rule
+// even when the pass's changers are all ReinvokeIfNeeded: it runs a second time.
+func TestNetEffectKeepsOnceReinvocation(t *testing.T) {
+	calls := 0
+	once := mut("a-once", func(m *setField) { m.key, m.value, m.reinvoke, m.calls = "other", "x", ReinvokeOnce, &calls })
+	one := mut("one", func(m *setField) { m.key, m.value = "priority", int64(1) })
+	two := mut("two", func(m *setField) { m.key, m.value = "priority", int64(2) })
+	in := newPod()
+	in["spec"].(map[string]any)["priority"] = int64(2)
+	in["spec"].(map[string]any)["other"] = "x"
+	if _, err := mustSet(t, once, one, two).Mutate(context.Background(), &Request{Kind: podGVK, Operation: Create, Object: in}); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 {
+		t.Fatalf("the Once mutator ran %d times, want 2", calls)
+	}
+}
