@@ -305,6 +305,9 @@ func (g *gen) mutators(ok objectKind) string {
 			names[kind]++
 		}
 		m["metadata"] = map[string]any{"name": name}
+		if g.pct(1) {
+			m["spec"].(map[string]any)["paramters"] = map[string]any{} // a typo: an unknown field
+		}
 		out, err := yaml.Marshal(m)
 		if err != nil {
 			panic(err)
@@ -363,6 +366,9 @@ func (g *gen) match(ok objectKind) map[string]any {
 	m := map[string]any{}
 	if g.pct(20) {
 		m["scope"] = g.pick("Namespaced", "Cluster", "*")
+		if g.pct(3) {
+			m["scope"] = "cluster" // not an enum in Gatekeeper's CRD
+		}
 	}
 	if g.pct(30) {
 		kinds := []any{ok.kind}
@@ -379,6 +385,9 @@ func (g *gen) match(ok objectKind) map[string]any {
 	}
 	if g.pct(15) {
 		m["namespaces"] = []any{g.pick("default", "prod-*", "team-x", "*-b")}
+		if g.pct(5) {
+			m["namespaces"] = []any{g.pick("Prod", "team_x", "a*b")} // outside the CRD's pattern
+		}
 	}
 	if g.pct(15) {
 		m["excludedNamespaces"] = []any{g.pick("kube-system", "prod-*", "kube-*")}
@@ -399,6 +408,9 @@ func (g *gen) match(ok objectKind) map[string]any {
 }
 
 func (g *gen) selector() map[string]any {
+	if g.pct(2) {
+		return map[string]any{"matchLabels": map[string]any{"bad key!": "x"}} // an invalid selector
+	}
 	if g.pct(60) {
 		return map[string]any{"matchLabels": map[string]any{g.pick(labelKeys...): g.pick(labelValues...)}}
 	}

@@ -19,6 +19,8 @@ import (
 type morphResult struct {
 	// LoadErrors are the documents morph refused, one line each.
 	LoadErrors []string
+	// Refused maps Kind/name of each refused document to its error.
+	Refused map[string]string
 	// Accepted lists Kind/name of the compiled mutators (conflicting ones are dropped).
 	Accepted     []string
 	Failed       []string
@@ -49,8 +51,13 @@ func runMorph(c Case) morphResult {
 		}
 	}
 	b, err := d.Compile(handled)
+	r.Refused = map[string]string{}
 	for _, e := range policy.Errors(err) {
 		r.LoadErrors = append(r.LoadErrors, e.Error())
+		var pe *policy.Error
+		if errors.As(e, &pe) {
+			r.Refused[pe.Doc.Kind()+"/"+pe.Doc.Name()] += e.Error()
+		}
 	}
 	for _, m := range b.Mutators {
 		r.Accepted = append(r.Accepted, m.ID().Kind+"/"+m.ID().Name)
