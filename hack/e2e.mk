@@ -4,8 +4,11 @@
 #   make kube-binaries   build (or reuse) kube-apiserver, etcd and kubectl
 #   make e2e             run ./test/e2e/... against a real control plane
 #   make cluster         run that control plane for interactive use
+#   make gatekeeper-oracle  build (or reuse) the Gatekeeper v3.23.1 oracle of
+#                        test/gatekeeper (make unit builds it first)
 #
-# MORPH_E2E=0 skips the e2e tests (and the binary build for `make e2e`).
+# MORPH_E2E=0 skips the e2e tests and the Gatekeeper differential test (and the
+# binary builds for `make e2e` and `make unit`).
 
 GO ?= go
 KUBE_VERSION ?= v1.37.1
@@ -16,10 +19,13 @@ E2E_TIMEOUT ?= 20m
 MORPH_E2E_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 KUBE_ASSETS_DIR = $(E2E_CACHE)/$(KUBE_VERSION)
 
-.PHONY: kube-binaries e2e cluster
+.PHONY: kube-binaries e2e cluster gatekeeper-oracle
 
 kube-binaries:
 	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) KUBE_VERSION=$(KUBE_VERSION) hack/build-kube.sh
+
+gatekeeper-oracle:
+	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-gatekeeper.sh
 
 e2e: $(if $(filter 0,$(MORPH_E2E)),,kube-binaries)
 	cd $(MORPH_E2E_ROOT) && KUBE_ASSETS=$(KUBE_ASSETS_DIR) $(GO) test -v -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...

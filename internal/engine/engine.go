@@ -19,8 +19,12 @@
 //
 // Mutate runs passes over the candidates until a pass changes nothing, at most
 // len(candidates)+1 passes. A mutator whose Reinvocation is Never runs in the first
-// pass only; one whose Reinvocation is Once (Kubernetes' IfNeeded) in the first two. An object that still changes in the last allowed pass is an error naming the
-// mutators that changed it in that pass.
+// pass only; one whose Reinvocation is Once (Kubernetes' IfNeeded) in the first two. A
+// pass whose changes all come from IfNeeded mutators, with no Once mutator still to run,
+// also ends the run when it has no net effect at the paths they changed (Gatekeeper's
+// rule; see netChanged). An object
+// that still changes in the last allowed pass is an error naming the mutators that
+// changed it in that pass.
 //
 // # Copy on write
 //

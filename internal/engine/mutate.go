@@ -66,6 +66,10 @@ restart:
 			return nil
 		}
 		changedBy = changedBy[:0]
+		passStart := obj
+		if pass > 1 {
+			w.disown()
+		}
 		for i, c := range cands {
 			if !runs(c.Reinvocation, pass) || (skip != nil && skip[i]) {
 				continue
@@ -100,7 +104,7 @@ restart:
 			}
 		}
 		res.Passes = pass
-		if len(changedBy) == 0 {
+		if len(changedBy) == 0 || passSettles(cands, changedBy, res.Trace, pass, passStart, obj) {
 			res.Object = obj
 			return nil
 		}

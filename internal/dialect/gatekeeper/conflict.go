@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper/path"
+	"github.com/morph-dev/morph/internal/engine"
 )
 
 // schemaType is what a mutator implies about the value at a path of a kind.
@@ -97,6 +98,7 @@ func implied(m *mutator) []struct {
 func findConflicts(ms []*mutator) (map[*mutator]bool, []string) {
 	type key struct {
 		gvk schema.GroupVersionKind
+		op  engine.Operation
 		at  string
 	}
 	type claim struct {
@@ -106,13 +108,28 @@ func findConflicts(ms []*mutator) (map[*mutator]bool, []string) {
 	claims := map[key][]claim{}
 	var order []key
 	for _, m := range ms {
-		for _, gvk := range m.gvks {
-			for _, im := range implied(m) {
-				k := key{gvk, im.at}
-				if _, seen := claims[k]; !seen {
-					order = append(order, k)
+		if len(m.gvks) == 0 {
+			continue // AssignMetadata: no applyTo, no schema (as in Gatekeeper)
+		}
+		// Gatekeeper keeps one schema per binding, a kind and an operation
+		// (pkg/mutation/schema/schema.go, DB.upsert): mutators bound to different
+		// operations never conflict.
+		for _, t := range m.targets {
+			gvk := schema.GroupVersionKind{Group: t.Group, Version: t.Version, Kind: t.Kind}
+			for _, op := range []engine.Operation{engine.Create, engine.Update} {
+				if !t.Operations.Has(op) {
+					continue
 				}
-				claims[k] = append(claims[k], claim{im.t, m})
+				for _, im := range implied(m) {
+					k := key{gvk, op, im.at}
+					if _, seen := claims[k]; !seen {
+						order = append(order, k)
+					}
+					if cs := claims[k]; len(cs) > 0 && cs[len(cs)-1].m == m && cs[len(cs)-1].t == im.t {
+						continue // one applyTo entry repeating a kind
+					}
+					claims[k] = append(claims[k], claim{im.t, m})
+				}
 			}
 		}
 	}

@@ -96,13 +96,16 @@ func TestCompileErrors(t *testing.T) {
 		{"metadata applyTo", "apiVersion: mutations.gatekeeper.sh/v1\nkind: AssignMetadata\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: metadata.labels.x\n  parameters: {assign: {value: val}}\n", "spec.applyTo: unknown field"},
 		{"modifyset operation", "apiVersion: mutations.gatekeeper.sh/v1\nkind: ModifySet\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: spec.x\n  parameters: {operation: add, values: {fromList: [a]}}\n", `spec.parameters.operation: "add": use merge or prune`},
 		{"modifyset list end", "apiVersion: mutations.gatekeeper.sh/v1\nkind: ModifySet\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.x[name: y]'\n  parameters: {values: {fromList: [a]}}\n", "ModifySet must end in a field"},
-		{"image nothing", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {}\n", "set at least one of"},
-		{"image tag", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignTag: latest}\n", `spec.parameters.assignTag: "latest" must start with ":"`},
+		{"image nothing", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {}\n", "at least one of [assignDomain, assignPath, assignTag] must be set"},
+		{"image tag", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignTag: latest}\n", `spec.parameters.assignTag: assignTag "latest" must be a valid docker image tag or digest starting with ':' or '@'`},
 		{"image digest", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignTag: '@sha256:abc'}\n", "spec.parameters.assignTag"},
-		{"image domain slash", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignDomain: a.io/b}\n", `spec.parameters.assignDomain: "a.io/b" must not contain "/"`},
-		{"image domain shape", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignDomain: registry}\n", "is not a registry domain"},
-		{"image path like domain", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignPath: my.repo.lib/app}\n", `spec.parameters.assignPath: "my.repo.lib/app" could be read as a domain: set assignDomain too`},
-		{"image path slash", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignPath: /app}\n", "must not start or end"},
+		{"image domain slash", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignDomain: a.io/b}\n", `spec.parameters.assignDomain: assignDomain "a.io/b" must be a fully-qualified domain name or localhost`},
+		{"image domain shape", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignDomain: registry}\n", `assignDomain "registry" must be a fully-qualified domain name or localhost`},
+		{"image path like domain", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignPath: my.repo.lib/app}\n", `spec.parameters.assignPath: assignDomain must be set if the first part of assignPath "my.repo.lib/app" can be interpreted as part of a domain`},
+		{"image path slash", "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignPath: /app}\n", `assignPath "/app" must be a valid docker image path`},
+		{"image v1", "apiVersion: mutations.gatekeeper.sh/v1\nkind: AssignImage\nmetadata: {name: a}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: *].image'\n  parameters: {assignTag: ':v1'}\n", "apiVersion: AssignImage is served only as mutations.gatekeeper.sh/v1alpha1"},
+		{"pathTests key under a glob", assignHead + "  location: 'spec.containers[name: *].imagePullPolicy'\n  parameters:\n    assign: {value: Always}\n    pathTests: [{subPath: 'spec.containers[name: side]', condition: MustNotExist}]\n", `subpath "spec.containers[name: side]" is not a prefix of location`},
+		{"pathTests MustExist after MustNotExist", assignHead + "  location: 'spec.containers[name: x].image'\n  parameters:\n    assign: {value: a}\n    pathTests: [{subPath: 'spec.containers[name: x].image', condition: MustNotExist}, {subPath: 'spec.containers', condition: MustExist}]\n", `[1]: conflicting path test conditions: path "spec.containers" is marked MustExist but parent "spec.containers[name: x].image" MustNotExist`},
 		{"external data off", assignHead + "  location: spec.x\n  parameters: {assign: {externalData: {provider: p}}}\n", "pass --allow-external-data"},
 		{"duplicate", assignHead + "  location: spec.x\n  parameters: {assign: {value: 1}}\n---\n" + assignHead + "  location: spec.y\n  parameters: {assign: {value: 1}}\n", `document 2 (Assign "a"): metadata.name: another Assign is named "a"`},
 		{"namespaced", "apiVersion: mutations.gatekeeper.sh/v1\nkind: Assign\nmetadata: {name: a, namespace: x}\nspec: {}\n", "cluster-scoped"},
@@ -259,10 +262,34 @@ spec:
 			input:  pod,
 		},
 		{
-			name:   "MustNotExist on a glob element names one element",
-			policy: assignHead + "  location: 'spec.containers[name: *].imagePullPolicy'\n  parameters:\n    assign: {value: Always}\n    pathTests: [{subPath: 'spec.containers[name: side]', condition: MustNotExist}]\n",
-			input:  `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app}, {name: side}]}}`,
-			want:   `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, imagePullPolicy: Always}, {name: side}]}}`,
+			// Gatekeeper's core.Mutate descends into every element of a glob, also one
+			// without the key field.
+			name:   "glob visits elements without the key",
+			policy: assignHead + "  location: 'spec.tolerations[key: *].operator'\n  parameters: {assign: {value: Exists}}\n",
+			input:  `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {tolerations: [{key: a, operator: Equal}, {operator: Equal}]}}`,
+			want:   `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {tolerations: [{key: a, operator: Exists}, {operator: Exists}]}}`,
+		},
+		{
+			// Keys may repeat (env names do): Gatekeeper's core.Mutate changes every match.
+			name:   "a key matching twice changes both",
+			policy: assignHead + "  location: 'spec.containers[name: app].env[name: A].value'\n  parameters: {assign: {value: x}}\n",
+			input:  `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, env: [{name: A, value: a}, {name: B}, {name: A}]}]}}`,
+			want:   `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, env: [{name: A, value: x}, {name: B}, {name: A, value: x}]}]}}`,
+		},
+		{
+			// Reaching the setter keeps the parents the walk created (core.Mutate), even
+			// when ModifySet's prune of a missing list leaves the field missing.
+			name:   "prune of a missing element creates it",
+			policy: "apiVersion: mutations.gatekeeper.sh/v1\nkind: ModifySet\nmetadata: {name: m}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: side].args'\n  parameters: {operation: prune, values: {fromList: [a]}}\n",
+			input:  `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app}]}}`,
+			want:   `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app}, {name: side}]}}`,
+		},
+		{
+			// mutators/assignimage setter: a missing image is built from the parts alone.
+			name:   "assign image on a missing image",
+			policy: "apiVersion: mutations.gatekeeper.sh/v1alpha1\nkind: AssignImage\nmetadata: {name: m}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: app].image'\n  parameters: {assignTag: ':v2'}\n",
+			input:  `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app}]}}`,
+			want:   `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, image: ':v2'}]}}`,
 		},
 		{
 			name:   "fromMetadata name",
@@ -286,7 +313,9 @@ spec:
 			name:   "modifyset merge creates the list",
 			policy: "apiVersion: mutations.gatekeeper.sh/v1\nkind: ModifySet\nmetadata: {name: m}\nspec:\n  applyTo: [{groups: [''], versions: [v1], kinds: [Pod]}]\n  location: 'spec.containers[name: app].command'\n  parameters: {values: {fromList: [a, b, a]}}\n",
 			input:  `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app}]}}`,
-			want:   `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, command: [a, b]}]}}`,
+			// A missing list becomes fromList as given, duplicates included
+			// (modifyset setter.setValueMerge).
+			want: `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: app, command: [a, b, a]}]}}`,
 		},
 		{
 			name:   "modifyset merge appends only the missing",
@@ -399,7 +428,7 @@ func TestParseImage(t *testing.T) {
 		{"localhost:5000/a/b:c", "localhost:5000", "a/b", ":c"},
 		{"envoyproxy/envoy:v1.31.2", "", "envoyproxy/envoy", ":v1.31.2"},
 		{"docker.io/example/checkout:1.14.2", "docker.io", "example/checkout", ":1.14.2"},
-		{"a.io/b:c@sha256:d", "a.io", "b:c", "@sha256:d"},
+		{"a.io/b:c@sha256:d", "a.io", "b", ":c@sha256:d"}, // one tag to Gatekeeper's splitter
 		{"", "", "", ""},
 	} {
 		img := parseImage(tc.in)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the golden expected.yaml files"
 
 // TestGolden runs every folder of testdata/golden: policy.yaml (the spec's examples),
 // input.yaml (the object, a CREATE), optional namespace.yaml, and expected.yaml (the
-// result). Each result must also be stable: a second run changes nothing.
+// result), or error.txt (what the error must contain) for an example Gatekeeper refuses. Each result must also be stable: a second run changes nothing.
 func TestGolden(t *testing.T) {
 	dirs, err := filepath.Glob("testdata/golden/*")
 	if err != nil {
@@ -31,6 +32,13 @@ func TestGolden(t *testing.T) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			docs := readDocs(t, filepath.Join(dir, "policy.yaml"))
 			b, err := New(Options{}).Compile(docs)
+			if want, rerr := os.ReadFile(filepath.Join(dir, "error.txt")); rerr == nil {
+				// An example Gatekeeper refuses: morph must refuse it in the same terms.
+				if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(string(want))) {
+					t.Fatalf("error %v, want it to contain %q", err, strings.TrimSpace(string(want)))
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

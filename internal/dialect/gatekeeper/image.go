@@ -6,30 +6,32 @@ import (
 	"strings"
 )
 
-// image is a container image reference split as Gatekeeper's AssignImage splits it:
-// "my.registry.io:2000/repo/app:latest" is domain "my.registry.io:2000", path "repo/app"
-// and tag ":latest"; a digest ("@sha256:...") is a tag too.
+// image is a container image reference split as Gatekeeper's AssignImage splits it
+// (mutators/assignimage/imageparser.go): "my.registry.io:2000/repo/app:latest" is domain
+// "my.registry.io:2000", path "repo/app" and tag ":latest". The tag starts at the first
+// ":" or "@" after the domain, so a digest is a tag too, and "app:1.0@sha256:..." has the
+// tag ":1.0@sha256:...".
 type image struct {
 	domain, path, tag string
 }
 
-// parseImage splits a reference. The domain is the first component when it contains "."
-// or ":" or is "localhost"; the tag starts at the first "@" or else at the last ":" of
-// the rest.
+// parseImage splits a reference. The domain is the part before the first "/" when it
+// contains "." or ":" or is "localhost".
 func parseImage(ref string) image {
 	var img image
 	rest := ref
 	if i := strings.IndexByte(ref, '/'); i >= 0 && looksLikeDomain(ref[:i]) {
 		img.domain, rest = ref[:i], ref[i+1:]
 	}
-	if i := strings.IndexByte(rest, '@'); i >= 0 {
-		img.path, img.tag = rest[:i], rest[i:]
-	} else if i := strings.LastIndexByte(rest, ':'); i >= 0 {
-		img.path, img.tag = rest[:i], rest[i:]
-	} else {
-		img.path = rest
-	}
+	img.path, img.tag = splitTag(rest)
 	return img
+}
+
+func splitTag(rest string) (path, tag string) {
+	if i := strings.IndexAny(rest, ":@"); i >= 0 {
+		return rest[:i], rest[i:]
+	}
+	return rest, ""
 }
 
 func looksLikeDomain(s string) bool {
@@ -48,85 +50,88 @@ func (img image) String() string {
 	return b.String()
 }
 
+// is reports whether img prints as ref, without building the string.
+func (img image) is(ref string) bool {
+	if img.domain != "" {
+		if len(ref) <= len(img.domain) || ref[:len(img.domain)] != img.domain || ref[len(img.domain)] != '/' {
+			return false
+		}
+		ref = ref[len(img.domain)+1:]
+	}
+	return strings.HasPrefix(ref, img.path) && ref[len(img.path):] == img.tag
+}
+
 // imageParts are AssignImage's parameters, compiled.
 type imageParts struct {
 	domain, path, tag string
 }
 
-// The shapes the parts must have (those of the OCI distribution reference grammar).
+// imageGrammar holds the shapes Gatekeeper accepts for the parts
+// (mutators/assignimage/imageparser.go): a domain with a "." (or localhost) and an
+// optional port, a path of lower-case components, a tag or a digest.
 type imageGrammar struct {
-	domain, path, tag, digest *regexp.Regexp
+	domain, path, tag *regexp.Regexp
 }
 
 func newImageGrammar() imageGrammar {
-	const component = `[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*`
 	return imageGrammar{
-		domain: regexp.MustCompile(`^(?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*)(?::[0-9]+)?$`),
-		path:   regexp.MustCompile(`^` + component + `(?:/` + component + `)*$`),
-		tag:    regexp.MustCompile(`^:[\w][\w.-]{0,127}$`),
-		digest: regexp.MustCompile(`^@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$`),
+		domain: regexp.MustCompile(`(^\w[\w\-_]*\.[\w\-_\.]*[\w](:\d+)?$)|(^localhost(:\d+)?$)`),
+		path:   regexp.MustCompile(`^[a-z0-9]+(?:(?:(?:[._/]|__|[-]*)[a-z0-9]+)+)?`),
+		tag:    regexp.MustCompile(`(^:[\w][\w.-]{0,127}$)|(^@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9A-Fa-f]{32,}$)`),
 	}
 }
 
-// validate checks the parameters as Gatekeeper does; the error names the field.
+// validate checks the parameters as Gatekeeper does (validateImageParts), in its words;
+// the first result names the field.
 func (p imageParts) validate(g imageGrammar) (string, error) {
 	const base = "spec.parameters."
 	if p.domain == "" && p.path == "" && p.tag == "" {
-		return base + "assignDomain", fmt.Errorf("set at least one of assignDomain, assignPath and assignTag")
+		return base + "assignDomain", fmt.Errorf("at least one of [assignDomain, assignPath, assignTag] must be set")
 	}
 	if p.domain != "" {
-		if strings.Contains(p.domain, "/") {
-			return base + "assignDomain", fmt.Errorf("%q must not contain \"/\": put the repository in assignPath", p.domain)
+		if !g.domain.MatchString(p.domain) {
+			return base + "assignDomain", fmt.Errorf("assignDomain %q must be a fully-qualified domain name or localhost", p.domain)
 		}
-		if !g.domain.MatchString(p.domain) || !looksLikeDomain(p.domain) {
-			return base + "assignDomain", fmt.Errorf("%q is not a registry domain: it needs a \".\" or a \":port\", or must be localhost", p.domain)
+		if d := parseImage(p.domain + "/"); d.domain != p.domain || d.path != "" || d.tag != "" {
+			return base + "assignDomain", fmt.Errorf("domain %q could not be recognized as a valid domain", p.domain)
 		}
 	}
-	if p.path != "" {
-		if strings.HasPrefix(p.path, "/") || strings.HasSuffix(p.path, "/") {
-			return base + "assignPath", fmt.Errorf("%q must not start or end with \"/\"", p.path)
-		}
-		if first, _, _ := strings.Cut(p.path, "/"); p.domain == "" && looksLikeDomain(first) {
-			return base + "assignPath", fmt.Errorf("%q could be read as a domain: set assignDomain too", p.path)
-		}
-		if !g.path.MatchString(p.path) {
-			return base + "assignPath", fmt.Errorf("%q is not an image path (lower-case components separated by \"/\")", p.path)
-		}
+	if p.path != "" && g.path.FindString(p.path) != p.path {
+		return base + "assignPath", fmt.Errorf("assignPath %q must be a valid docker image path", p.path)
 	}
 	if p.tag != "" {
-		switch p.tag[0] {
-		case ':':
-			if !g.tag.MatchString(p.tag) {
-				return base + "assignTag", fmt.Errorf("%q is not a tag: after \":\" up to 128 letters, digits, \"_\", \".\" or \"-\"", p.tag)
-			}
-		case '@':
-			if !g.digest.MatchString(p.tag) {
-				return base + "assignTag", fmt.Errorf("%q is not a digest such as @sha256:<at least 32 hex digits>", p.tag)
-			}
-		default:
-			return base + "assignTag", fmt.Errorf("%q must start with \":\" (a tag) or \"@\" (a digest)", p.tag)
+		if !g.tag.MatchString(p.tag) {
+			return base + "assignTag", fmt.Errorf("assignTag %q must be a valid docker image tag or digest starting with ':' or '@'", p.tag)
+		}
+		if path, tag := splitTag(p.tag); path != "" || tag != p.tag {
+			return base + "assignTag", fmt.Errorf("tag %q could not be recognized as a valid tag or digest", p.tag)
+		}
+	}
+	if p.domain == "" && p.path != "" {
+		if i := strings.IndexByte(p.path, '/'); i >= 0 && looksLikeDomain(p.path[:i]) {
+			return base + "assignPath", fmt.Errorf("assignDomain must be set if the first part of assignPath %q can be interpreted as part of a domain", p.path)
 		}
 	}
 	return "", nil
 }
 
 // imageSetter is AssignImage: it replaces the given parts of the image string at the
-// location. A missing field is created from the parts alone, as Gatekeeper does.
+// location, keeping the others. A missing field is built from the parts alone, as
+// Gatekeeper does (":v2" from a tag alone, "gcr.io/" from a domain alone).
 type imageSetter struct {
 	parts imageParts
 }
 
 func (s *imageSetter) set(_ env, cur any, exists bool) (any, bool, error) {
 	var ref string
-	if exists && cur != nil {
+	if exists {
 		str, ok := cur.(string)
 		if !ok {
 			return nil, false, fmt.Errorf("expected an image string, found %s", describe(cur))
 		}
 		ref = str
 	}
-	orig := parseImage(ref)
-	img := orig
+	img := parseImage(ref)
 	if s.parts.domain != "" {
 		img.domain = s.parts.domain
 	}
@@ -136,12 +141,13 @@ func (s *imageSetter) set(_ env, cur any, exists bool) (any, bool, error) {
 	if s.parts.tag != "" {
 		img.tag = s.parts.tag
 	}
-	if (exists && img == orig) || img.path == "" {
-		return cur, false, nil // nothing to change, or no image to build (no path)
+	if exists && img.is(ref) {
+		// Nothing to replace: the converged case, decided without building a string.
+		return cur, false, nil
 	}
 	next := img.String()
-	if parseImage(next) != img {
-		return nil, false, fmt.Errorf("the image %q would become %q, which reads back differently; fix the image or the mutator's parts", ref, next)
+	if exists && next == ref {
+		return cur, false, nil
 	}
 	return next, true, nil
 }

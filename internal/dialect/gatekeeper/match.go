@@ -2,12 +2,18 @@ package gatekeeper
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/match"
 	"github.com/morph-dev/morph/internal/objects"
 )
+
+// wildcardPattern is the schema of Gatekeeper's wildcard strings (match.namespaces,
+// excludedNamespaces and name) in its CRDs (pkg/wildcard/wildcard.go, the
+// +kubebuilder:validation:Pattern of Wildcard): the API server refuses any other value.
+var wildcardPattern = regexp.MustCompile(`^\*?[-:a-z0-9]*\*?$`)
 
 // kindSelector is one entry of match.kinds. Empty lists and "*" match everything.
 type kindSelector struct {
@@ -109,6 +115,11 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 		if err != nil {
 			return nil, err
 		}
+		for i, s := range ss {
+			if !wildcardPattern.MatchString(s) {
+				return nil, f.errorf(fmt.Sprintf("%s.%s[%d]", field, g.key, i), "%q should match '%s' (lower-case letters, digits, - and :, with an optional * at either end), as Gatekeeper's CRD requires", s, wildcardPattern)
+			}
+		}
 		if *g.out, err = match.NewGlobs(ss); err != nil {
 			return nil, f.errorf(field+"."+g.key, "%v", err)
 		}
@@ -118,6 +129,9 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 		return nil, err
 	}
 	if name != "" {
+		if !wildcardPattern.MatchString(name) {
+			return nil, f.errorf(field+".name", "%q should match '%s' (lower-case letters, digits, - and :, with an optional * at either end), as Gatekeeper's CRD requires", name, wildcardPattern)
+		}
 		if m.name, err = match.NewGlob(name); err != nil {
 			return nil, f.errorf(field+".name", "%v", err)
 		}

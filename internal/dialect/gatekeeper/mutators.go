@@ -55,11 +55,34 @@ func (m *mutator) compiled() engine.Mutator {
 	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
 }
 
-// mutate evaluates spec.match (applyTo's group, version, kind and operation are already
-// enforced by the engine through the targets), then walks the location and applies the
-// kind's setter.
+// matches evaluates spec.match; applyTo (group, version, kind, operation) is already
+// enforced by the engine through the targets.
+//
+// A generated object (source Generated, Gatekeeper's expansion) is mutated with no
+// operation in Gatekeeper (pkg/expansion/system.go, Expand), so only mutators that apply
+// to every operation the webhook handles (CREATE and UPDATE) match it
+// (MutationApplyTo.MatchesOperation); AssignMetadata has no applyTo and always may.
+func (m *mutator) matches(req *engine.Request, obj map[string]any) (bool, error) {
+	if req.Source == engine.SourceGenerated && m.id.Kind != kindAssignMetadata && !appliesToAllOperations(m.targets, req.Kind) {
+		return false, nil
+	}
+	return m.match.matches(req, obj)
+}
+
+// appliesToAllOperations reports whether some target names gvk for both CREATE and
+// UPDATE.
+func appliesToAllOperations(targets []engine.Target, gvk schema.GroupVersionKind) bool {
+	for _, t := range targets {
+		if t.Group == gvk.Group && t.Version == gvk.Version && t.Kind == gvk.Kind && t.Operations.Has(engine.Create) && t.Operations.Has(engine.Update) {
+			return true
+		}
+	}
+	return false
+}
+
+// mutate evaluates spec.match, then walks the location and applies the kind's setter.
 func (m *mutator) mutate(_ context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
-	if ok, err := m.match.matches(req, obj); err != nil || !ok {
+	if ok, err := m.matches(req, obj); err != nil || !ok {
 		if err != nil {
 			return nil, fmt.Errorf("match: %w", err)
 		}
@@ -104,6 +127,11 @@ func (c *compiler) compileMutator(doc policy.Document) (*mutator, error) {
 	}
 	if doc.Namespace() != "" {
 		return nil, f.errorf("metadata.namespace", "Gatekeeper mutators are cluster-scoped: remove the namespace")
+	}
+	if kind == kindAssignImage && doc.APIVersion() != "mutations.gatekeeper.sh/v1alpha1" {
+		// Gatekeeper's CRD serves AssignImage at v1alpha1 only: the API server refuses
+		// any other version, and so does morph rather than guess.
+		return nil, f.errorf("apiVersion", "AssignImage is served only as mutations.gatekeeper.sh/v1alpha1 (Gatekeeper's CRD has no %s): change the apiVersion", doc.APIVersion())
 	}
 	m := &mutator{doc: doc, id: engine.ID{Dialect: dialectName, Kind: kind, Name: name}, generation: 1, failure: engine.FailIgnore}
 	if c.opts.FailClosed {
@@ -560,30 +588,28 @@ func metadataValue(e env, field string) string {
 	return s
 }
 
-// setSetter is ModifySet: merge appends the missing values at the end, in order; prune
-// removes every element equal to one of the values.
+// setSetter is ModifySet, as Gatekeeper's (mutators/modifyset, setter): merge appends
+// the values missing from the list in order (a missing list becomes fromList as given,
+// duplicates included); prune removes every element equal to one of the values. A value
+// that is not a list, null included, is an error.
 type setSetter struct {
 	values []any
 	prune  bool
 }
 
 func (s *setSetter) set(_ env, cur any, exists bool) (any, bool, error) {
-	var l []any
-	if exists && cur != nil {
-		var ok bool
-		if l, ok = cur.([]any); !ok {
-			return nil, false, fmt.Errorf("expected a list, found %s", describe(cur))
+	if !exists {
+		if s.prune {
+			return nil, false, nil
 		}
+		return engine.DeepCopy(s.values), true, nil
+	}
+	l, ok := cur.([]any)
+	if !ok {
+		return nil, false, fmt.Errorf("expected a list, found %s: it cannot be treated as a set", describe(cur))
 	}
 	if s.prune {
-		kept := -1 // index of the first removed element
-		for i, e := range l {
-			if s.contains(e) {
-				kept = i
-				break
-			}
-		}
-		if kept < 0 {
+		if !slices.ContainsFunc(l, s.contains) {
 			return cur, false, nil
 		}
 		out := make([]any, 0, len(l)-1)
@@ -594,23 +620,17 @@ func (s *setSetter) set(_ env, cur any, exists bool) (any, bool, error) {
 		}
 		return out, true, nil
 	}
-	missing := 0
-	for i, v := range s.values {
-		if !containsValue(l, v) && !containsValue(s.values[:i], v) {
-			missing++
+	var out []any
+	for _, v := range s.values {
+		if containsValue(l, v) || containsValue(out, v) {
+			continue
 		}
+		out = append(out, engine.DeepCopy(v))
 	}
-	if missing == 0 {
+	if len(out) == 0 {
 		return cur, false, nil
 	}
-	out := make([]any, len(l), len(l)+missing)
-	copy(out, l)
-	for _, v := range s.values {
-		if !containsValue(out, v) {
-			out = append(out, engine.DeepCopy(v))
-		}
-	}
-	return out, true, nil
+	return append(slices.Clip(l), out...), true, nil
 }
 
 func (s *setSetter) contains(v any) bool { return containsValue(s.values, v) }

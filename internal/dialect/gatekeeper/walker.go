@@ -87,9 +87,6 @@ func (wk *walker) field(obj map[string]any, i int) (map[string]any, bool, error)
 	n := &nodes[i]
 	child, exists := obj[n.Name]
 	last := i == len(nodes)-1
-	if !last && child == nil {
-		exists = false // null parents are created like missing ones
-	}
 	if !wk.tester.Allows(i, exists) {
 		return obj, false, nil
 	}
@@ -102,6 +99,12 @@ func (wk *walker) field(obj map[string]any, i int) (map[string]any, bool, error)
 		next, changed, err = wk.set.set(wk.env, child, exists)
 		if changed {
 			wk.w.Changed(wk.pointer(i))
+		} else if err == nil && obj == nil && i > 0 {
+			// The walk created the parents and reached the setter, which left the field
+			// missing (a prune of a missing list): the parents stay, as in Gatekeeper,
+			// where reaching the setter counts as a mutation (core.Mutate).
+			wk.w.Changed(wk.pointer(i - 1))
+			return wk.w.Map(nil), true, nil
 		}
 	case nodes[i+1].Kind == path.List:
 		l, ok := child.([]any)
@@ -135,16 +138,16 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 	nodes := wk.loc.Nodes
 	n := &nodes[i]
 	if n.Glob {
-		// A glob visits the existing elements that have the key field; it never creates one.
+		// A glob visits every element, also those without the key field; an element
+		// that is not an object does not fit the location (core.Mutate in Gatekeeper).
+		if !wk.tester.Allows(i, true) {
+			return l, false, nil
+		}
 		var out []any
 		for j, e := range l {
 			em, ok := e.(map[string]any)
 			if !ok {
-				continue
-			}
-			key, has := em[n.Name]
-			if !has || !wk.tester.AllowsElement(i, key) {
-				continue
+				return l, false, wk.mismatch(i, "an object", e)
 			}
 			*wk.seg(i) = seg{index: j}
 			ne, changed, err := wk.field(em, i+1)
@@ -163,9 +166,19 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 		}
 		return out, true, nil
 	}
+	if i < len(nodes)-1 {
+		return wk.keyed(l, i)
+	}
+	// The location ends at this element: Assign replaces the first element with the
+	// key, or appends the value (setListElementToValue in Gatekeeper); every element
+	// must be an object.
 	idx := -1
 	for j, e := range l {
-		if em, ok := e.(map[string]any); ok && n.KeyMatches(em[n.Name]) {
+		em, ok := e.(map[string]any)
+		if !ok {
+			return l, false, wk.mismatch(i, "an object", e)
+		}
+		if v, has := em[n.Name]; has && n.KeyMatches(v) {
 			idx = j
 			break
 		}
@@ -179,37 +192,18 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 		at = len(l)
 	}
 	*wk.seg(i) = seg{index: at}
-	var next any
-	var changed bool
-	var err error
-	if i == len(nodes)-1 {
-		var cur any
-		if exists {
-			cur = l[idx]
-		}
-		next, changed, err = wk.set.set(wk.env, cur, exists)
-		if changed {
-			if m, ok := next.(map[string]any); !ok || !n.KeyMatches(m[n.Name]) {
-				return l, false, fmt.Errorf("%s: the value must be an object whose %q is %v, as the location says", wk.loc.Prefix(i+1), n.Name, n.Value)
-			}
-			wk.w.Changed(wk.pointer(i))
-		}
-	} else {
-		var elem map[string]any
-		if exists {
-			elem = l[idx].(map[string]any)
-		}
-		var ne map[string]any
-		if ne, changed, err = wk.field(elem, i+1); changed {
-			if !exists {
-				ne[n.Name] = n.Value // a created element gets its key
-			}
-			next = ne
-		}
+	var cur any
+	if exists {
+		cur = l[idx]
 	}
+	next, changed, err := wk.set.set(wk.env, cur, exists)
 	if err != nil || !changed {
 		return l, false, err
 	}
+	if m, ok := next.(map[string]any); !ok || !n.KeyMatches(m[n.Name]) {
+		return l, false, fmt.Errorf("%s: the value must be an object whose %q is %v, as the location says", wk.loc.Prefix(i+1), n.Name, n.Value)
+	}
+	wk.w.Changed(wk.pointer(i))
 	if exists {
 		out := wk.w.List(l, 0)
 		out[idx] = next
@@ -217,6 +211,57 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 	}
 	out := wk.w.List(l, 1)
 	return append(out, next), true, nil
+}
+
+// keyed applies node i, a keyed list node that is not the last, to l: every element
+// whose key matches is visited (keys may repeat, as env names do); when none does, an
+// element with only the key is created and visited. Elements that are not objects or
+// lack the key are passed over (core.Mutate in Gatekeeper).
+func (wk *walker) keyed(l []any, i int) ([]any, bool, error) {
+	n := &wk.loc.Nodes[i]
+	var out []any
+	found := false
+	for j, e := range l {
+		em, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		if v, has := em[n.Name]; !has || !n.KeyMatches(v) {
+			continue
+		}
+		found = true
+		if !wk.tester.Allows(i, true) {
+			return l, false, nil
+		}
+		*wk.seg(i) = seg{index: j}
+		ne, changed, err := wk.field(em, i+1)
+		if err != nil {
+			return l, false, err
+		}
+		if changed {
+			if out == nil {
+				out = wk.w.List(l, 0)
+			}
+			out[j] = ne
+		}
+	}
+	if found {
+		if out == nil {
+			return l, false, nil
+		}
+		return out, true, nil
+	}
+	if !wk.tester.Allows(i, false) {
+		return l, false, nil
+	}
+	*wk.seg(i) = seg{index: len(l)}
+	ne, changed, err := wk.field(nil, i+1)
+	if err != nil || !changed {
+		return l, false, err
+	}
+	ne[n.Name] = n.Value // a created element gets its key
+	out = wk.w.List(l, 1)
+	return append(out, ne), true, nil
 }
 
 func (wk *walker) mismatch(i int, want string, found any) error {

@@ -407,22 +407,17 @@ func (n Node) Equal(o Node) bool {
 	return n.Kind == o.Kind && n.Name == o.Name && n.Glob == o.Glob && n.Value == o.Value
 }
 
-// HasPrefix reports whether q is a prefix of (or equal to) p. A glob of p also
-// accepts a specific key of q ([name: *] and [name: sidecar]), as the Policy Controller
-// documentation's own pathTests example does; such a test concerns that element only.
+// HasPrefix reports whether q is a prefix of (or equal to) p, node by node: a glob is
+// only a prefix of a glob ([name: sidecar] is not a prefix of [name: *]), as in
+// Gatekeeper's pathTests (pkg/mutation/path/tester/tester.go, isPrefix).
 func (p Path) HasPrefix(q Path) bool {
 	if len(q.Nodes) > len(p.Nodes) {
 		return false
 	}
 	for i, qn := range q.Nodes {
-		pn := p.Nodes[i]
-		if pn.Equal(qn) {
-			continue
+		if !p.Nodes[i].Equal(qn) {
+			return false
 		}
-		if pn.Kind == List && qn.Kind == List && pn.Glob && pn.Name == qn.Name {
-			continue
-		}
-		return false
 	}
 	return true
 }

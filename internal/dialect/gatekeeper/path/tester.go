@@ -46,51 +46,54 @@ type Test struct {
 // exist. The zero Tester (no tests) allows everything.
 type Tester struct {
 	conds []Condition
-	// keys[i] is the list node of a test that names one element where the location
-	// has a glob; the test then concerns that element only.
-	keys []*Node
 	// mustExistFrom[i] holds when some depth >= i has MustExist: then a missing node at
 	// depth i must not be created, since what lies below it would not exist either.
 	mustExistFrom []bool
 }
 
-// NewTester compiles tests for location. Each subPath must be a prefix of (or equal to)
-// the location; two tests of one depth must agree; a MustNotExist above a MustExist can
-// never hold and is rejected. The error names the index of the offending test.
+// NewTester compiles tests for location with Gatekeeper's rules and words
+// (pkg/mutation/path/tester/tester.go, New):
+//   - each subPath must be a prefix of (or equal to) the location, node by node: a
+//     [name: sidecar] where the location has [name: *] is not a prefix;
+//   - two tests of one path must not disagree;
+//   - a MustExist test listed after a MustNotExist test is refused, whatever their
+//     depths (Gatekeeper compares the tests' positions in the list, not the paths).
+//
+// A MustExist below a MustNotExist listed first is accepted, as in Gatekeeper: the
+// mutation can then never apply.
 func NewTester(location Path, tests []Test) (*Tester, error) {
-	t := &Tester{conds: make([]Condition, len(location.Nodes)), keys: make([]*Node, len(location.Nodes)), mustExistFrom: make([]bool, len(location.Nodes)+1)}
+	t := &Tester{conds: make([]Condition, len(location.Nodes)), mustExistFrom: make([]bool, len(location.Nodes)+1)}
 	for i, tc := range tests {
 		if len(tc.SubPath.Nodes) == 0 {
 			return nil, fmt.Errorf("[%d].subPath: empty", i)
 		}
 		if !location.HasPrefix(tc.SubPath) {
-			return nil, fmt.Errorf("[%d].subPath: %q is not a prefix of the location %q", i, tc.SubPath.String(), location.String())
+			return nil, fmt.Errorf("[%d].subPath: all subpaths must be a prefix of the `location` value of the mutation: subpath %q is not a prefix of location %q", i, tc.SubPath.String(), location.String())
 		}
 		if tc.Condition != MustExist && tc.Condition != MustNotExist {
 			return nil, fmt.Errorf("[%d].condition: use MustExist or MustNotExist", i)
 		}
+	}
+	lowestMustNot, highestMust := -1, -1
+	for i, tc := range tests {
 		d := len(tc.SubPath.Nodes) - 1
 		if prev := t.conds[d]; prev != None && prev != tc.Condition {
-			return nil, fmt.Errorf("[%d]: %s contradicts the earlier %s test of %q", i, tc.Condition, prev, tc.SubPath.String())
+			return nil, fmt.Errorf("[%d]: conflicting path test conditions: path %q is marked both MustExist and MustNotExist", i, tc.SubPath.String())
 		}
 		t.conds[d] = tc.Condition
-		for j, n := range tc.SubPath.Nodes {
-			if n.Kind == List && !n.Glob && location.Nodes[j].Glob {
-				if j != d {
-					return nil, fmt.Errorf("[%d].subPath: %q names one element (%s) where the location has a glob; such a test must end at that element", i, tc.SubPath.String(), tc.SubPath.Prefix(j+1))
-				}
-				n := n
-				t.keys[d] = &n
-			}
+		if tc.Condition == MustNotExist && lowestMustNot < 0 {
+			lowestMustNot = i
 		}
+		if tc.Condition == MustExist {
+			highestMust = i
+		}
+	}
+	if lowestMustNot >= 0 && highestMust > lowestMustNot {
+		return nil, fmt.Errorf("[%d]: conflicting path test conditions: path %q is marked MustExist but parent %q MustNotExist; list MustExist tests before MustNotExist tests",
+			highestMust, tests[highestMust].SubPath.String(), tests[lowestMustNot].SubPath.String())
 	}
 	for i := len(t.conds) - 1; i >= 0; i-- {
 		t.mustExistFrom[i] = t.mustExistFrom[i+1] || t.conds[i] == MustExist
-	}
-	for i, c := range t.conds {
-		if c == MustNotExist && t.mustExistFrom[i+1] {
-			return nil, fmt.Errorf("%q must not exist while a path below it must exist: the mutation could never apply", location.Prefix(i+1))
-		}
 	}
 	return t, nil
 }
@@ -106,18 +109,6 @@ func (t *Tester) Allows(depth int, exists bool) bool {
 		return t.conds[depth] != MustNotExist
 	}
 	return !t.mustExistFrom[depth]
-}
-
-// AllowsElement is Allows for an existing element of a glob, given its key value: a
-// test that names another element does not concern it.
-func (t *Tester) AllowsElement(depth int, key any) bool {
-	if t == nil || len(t.conds) == 0 {
-		return true
-	}
-	if k := t.keys[depth]; k != nil && !k.KeyMatches(key) {
-		return true
-	}
-	return t.Allows(depth, true)
 }
 
 // Condition returns the test of a depth.
