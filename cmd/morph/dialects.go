@@ -42,6 +42,7 @@ func addDialectCommands(root *cobra.Command, newLoader func(*objects.Store) *pol
 	generate.AddCommand(
 		newGenerateMapCommand(stdin, stdout, stderr),
 		newGenerateWebhooksCommand(newLoader, stdout, stderr),
+		newGenerateCRDsCommand(stdout),
 	)
 	root.AddCommand(generate)
 }
