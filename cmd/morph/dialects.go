@@ -26,6 +26,7 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 		}),
 		cel.New(cel.Options{
 			Objects:        store,
+			Resources:      opts.resources,
 			HTTPAllowHosts: opts.httpAllowHosts,
 		}),
 		katalog.New(katalog.Options{Objects: store}),
@@ -76,14 +77,31 @@ func mutatesExisting(m engine.Mutator) bool {
 
 func explainNotes(set *engine.Set, res *engine.Result) []string {
 	var notes []string
+	for _, e := range admissionEvents(set, res) {
+		notes = append(notes, fmt.Sprintf("event Normal %s: %s", e.reason, e.message))
+	}
+	return notes
+}
+
+// resourceReader answers CEL resource.Get/List (in a cluster: informers).
+type resourceReader = cel.ResourceReader
+
+// admissionEvent is a Normal Event a dialect emits on an object it mutated.
+type admissionEvent struct{ reason, message string }
+
+// admissionEvents returns the Events of one mutation: the defaults a Katalog entry
+// applied (spec 000: "defaults applied: spec.replicas=..."). --explain prints them; in a
+// cluster they are Events on the admitted object.
+func admissionEvents(set *engine.Set, res *engine.Result) []admissionEvent {
+	var out []admissionEvent
 	for _, m := range set.Mutators() {
 		km, ok := m.(*katalog.Mutator)
 		if !ok {
 			continue
 		}
 		if text := km.Event(res); text != "" {
-			notes = append(notes, fmt.Sprintf("event Normal %s: %s", km.Entry().EventReason(), text))
+			out = append(out, admissionEvent{reason: km.Entry().EventReason(), message: text})
 		}
 	}
-	return notes
+	return out
 }

@@ -52,6 +52,7 @@ type serveOptions struct {
 	logFormat      string
 	logLevel       string
 	heapFloor      string
+	cluster        clusterOptions
 
 	// admissionSet and conversionSet are the settings as the user gave them, such as
 	// "--conversion=false" or "ENABLE_CONVERSION=false", for errors that name them;
@@ -62,8 +63,9 @@ type serveOptions struct {
 
 // newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
 // stdout.
-func newServeCommand(newLoader func(*objects.Store) *policy.Loader, _, stderr io.Writer) *cobra.Command {
+func newServeCommand(newLoader func(*objects.Store) *policy.Loader, newClusterLoader func(*objects.Store, resourceReader) *policy.Loader, _, stderr io.Writer) *cobra.Command {
 	o := &serveOptions{}
+	o.cluster.newLoader = newClusterLoader
 	cmd := &cobra.Command{
 		Use:   "serve --policies DIR (--cert-dir DIR | --tls-cert FILE --tls-key FILE)",
 		Short: "Serve policies as admission and CRD conversion webhooks over HTTPS",
@@ -141,6 +143,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", webhook.DefaultShutdownGrace, "how long in-flight requests may take to finish on shutdown")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
+	o.cluster.addFlags(f)
 	f.StringVar(&o.heapFloor, "gc-heap-floor", resource.NewQuantity(heapfloor.DefaultSize, resource.BinarySI).String(), "heap size below which the garbage collector does not run (a quantity; 0 leaves Go's pacing alone; GOMEMLIMIT still caps it)")
 }
 
@@ -189,8 +192,10 @@ func (o *serveOptions) fromEnvironment(flags *pflag.FlagSet, lookup func(string)
 // where it has them.
 func (o *serveOptions) check() error {
 	switch {
-	case o.policies == "":
-		return usagef("--policies is required: give the folder of policies to serve")
+	case o.policies == "" && !o.clusterMode():
+		return usagef("--policies is required: give the folder of policies to serve, or --kubeconfig FILE to serve the cluster's")
+	case o.policies != "" && o.cluster.kubeconfig != "":
+		return usagef("--policies and --kubeconfig exclude each other: serve a folder, or the cluster's policies")
 	case !o.admission && !o.conversion && o.admissionSet == "":
 		return usagef("nothing to serve: %s turns off /convert, and with it /mutate and /validate, as admission requires conversion — %s",
 			o.conversionSetting(), o.conversionFix())
@@ -305,6 +310,9 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	certs, err := webhook.LoadCertificates(certFile, keyFile)
 	if err != nil {
 		return err
+	}
+	if o.clusterMode() {
+		return o.runCluster(ctx, certs, maxBody, log)
 	}
 	server, err := webhook.New(webhook.Options{
 		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader},

@@ -221,6 +221,9 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 		s.policyFailed(msg, f, c)
 	}
 	resp.Warnings = append(resp.Warnings, res.Warnings...)
+	if s.opts.Mutated != nil && !req.DryRun {
+		s.opts.Mutated(ctx, req, rt.set, res)
+	}
 	if rt.validators.Len() > 0 {
 		violations, warnings, failures := rt.validators.Validate(ctx, req, res.Object)
 		s.validatorsFailed(failures, c)

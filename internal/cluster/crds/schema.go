@@ -41,7 +41,9 @@ func array(items apiextv1.JSONSchemaProps) apiextv1.JSONSchemaProps {
 	return apiextv1.JSONSchemaProps{Type: "array", Items: &apiextv1.JSONSchemaPropsOrArray{Schema: &items}}
 }
 
-func stringList(description string) apiextv1.JSONSchemaProps { return described(array(str("")), description) }
+func stringList(description string) apiextv1.JSONSchemaProps {
+	return described(array(str("")), description)
+}
 
 // anyValue is a free-form JSON value of any type (a Gatekeeper assign.value, a Katalog
 // default): the only places the schemas keep unknown content.
