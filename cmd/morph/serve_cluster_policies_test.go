@@ -42,7 +42,7 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 	var objs []k8sruntime.Object
 	listKinds := map[schema.GroupVersionResource]string{
 		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}: "CustomResourceDefinitionList",
-		{Version: "v1", Resource: "namespaces"}:                                              "NamespaceList",
+		{Version: "v1", Resource: "namespaces"}:                                               "NamespaceList",
 	}
 	for _, k := range crds.Kinds() {
 		crd := &unstructured.Unstructured{}
@@ -142,4 +142,3 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 		t.Errorf("Ready condition of bad: %v", c)
 	}
 }
-

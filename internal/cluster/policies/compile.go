@@ -49,11 +49,12 @@ func compileIsolated(loader *policy.Loader, objs []policyObject) (*policy.Bundle
 		for _, e := range policy.Errors(err) {
 			i, ok := locate(e, byFile)
 			if !ok {
-				for _, j := range failAlone(loader, objs, failed) {
+				culprits := failAlone(loader, objs, failed, e.Error())
+				for _, j := range culprits {
 					failed[j] = append(failed[j], e.Error())
 					progress = true
 				}
-				if !progress {
+				if len(culprits) == 0 {
 					notes = append(notes, fmt.Sprintf("an error names no policy: %v", e))
 				}
 				continue
@@ -98,15 +99,20 @@ func locate(err error, byFile map[string]int) (int, bool) {
 	return i, ok
 }
 
-// failAlone compiles each policy not yet failed on its own and returns those that fail.
-func failAlone(loader *policy.Loader, objs []policyObject, failed map[int][]string) []int {
+// failAlone compiles each policy not yet failed on its own and returns those that fail
+// with the error text.
+func failAlone(loader *policy.Loader, objs []policyObject, failed map[int][]string, text string) []int {
 	var out []int
 	for i, o := range objs {
 		if _, bad := failed[i]; bad {
 			continue
 		}
-		if _, _, err := loader.Load([]policy.Document{o.doc}); err != nil {
-			out = append(out, i)
+		_, _, err := loader.Load([]policy.Document{o.doc})
+		for _, e := range policy.Errors(err) {
+			if e.Error() == text {
+				out = append(out, i)
+				break
+			}
 		}
 	}
 	return out
