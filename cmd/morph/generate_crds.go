@@ -22,14 +22,14 @@ orkestra.orkspace.io Katalog. Each has a structural schema of the fields morph r
 a status subresource (condition Ready, written by morph) and the label
 app.kubernetes.io/managed-by=morph.
 
-morph serve does not install CRDs: apply these once (or with the Helm chart). When
+morph serve does not install CRDs: create these once (or with the Helm chart). When
 Gatekeeper or Kyverno already installed a CRD of the same name, keep theirs: morph
-reads policies through it and says so in its log. kubectl apply would replace
-their CRD with this one, so filter it out first (see docs/cluster.md).
+reads policies through it and says so in its log. kubectl create never replaces a
+CRD (kubectl apply would), so create rather than apply (see docs/cluster.md).
 
 MutatingAdmissionPolicies are served by kube-apiserver itself; morph serve does not
 apply them in a cluster, so they have no CRD here.`,
-		Example: `  morph generate crds | kubectl apply --server-side -f -`,
+		Example: `  morph generate crds | kubectl create -f -`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return crds.Write(stdout)

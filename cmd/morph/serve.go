@@ -196,6 +196,8 @@ func (o *serveOptions) check() error {
 		return usagef("--policies is required: give the folder of policies to serve, or --kubeconfig FILE to serve the cluster's")
 	case o.policies != "" && o.cluster.kubeconfig != "":
 		return usagef("--policies and --kubeconfig exclude each other: serve a folder, or the cluster's policies")
+	case o.clusterMode() && len(o.contexts) > 0:
+		return usagef("--context is for --policies: in cluster mode the context objects come from the API server")
 	case !o.admission && !o.conversion && o.admissionSet == "":
 		return usagef("nothing to serve: %s turns off /convert, and with it /mutate and /validate, as admission requires conversion — %s",
 			o.conversionSetting(), o.conversionFix())

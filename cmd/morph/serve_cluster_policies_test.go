@@ -142,3 +142,24 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 		t.Errorf("Ready condition of bad: %v", c)
 	}
 }
+
+func TestServeClusterFlags(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    serveOptions
+		want string
+	}{
+		{"policies and kubeconfig", serveOptions{policies: "p", cluster: clusterOptions{kubeconfig: "k"}}, "--policies and --kubeconfig exclude each other"},
+		{"context in cluster mode", serveOptions{contexts: []string{"ns.yaml"}, cluster: clusterOptions{kubeconfig: "k"}}, "--context is for --policies"},
+		{"neither", serveOptions{}, "--policies is required"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.o.admission, c.o.conversion = true, true
+			t.Setenv("KUBERNETES_SERVICE_HOST", "")
+			err := c.o.check()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("check: %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}

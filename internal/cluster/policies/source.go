@@ -53,7 +53,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Resync is the informers' resync period (none when 0).
 	Resync time.Duration
+	// SyncTimeout bounds Start's wait for the first lists (DefaultSyncTimeout when 0).
+	SyncTimeout time.Duration
 }
+
+// DefaultSyncTimeout is how long Start waits for the API server's first lists.
+const DefaultSyncTimeout = 2 * time.Minute
 
 // Outcome is the result of compiling one policy object, as its status reports it.
 type Outcome struct {
@@ -125,6 +130,9 @@ func New(opts Options) (*Source, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = DefaultSyncTimeout
 	}
 	s := &Source{
 		opts:     opts,
@@ -212,8 +220,12 @@ func (s *Source) Start(ctx context.Context) error {
 	s.stop = ctx.Done()
 	s.mu.Unlock()
 	s.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), s.crdInformer.HasSynced, s.nsInformer.HasSynced) {
-		return fmt.Errorf("waiting for the CustomResourceDefinition and Namespace caches: %w", context.Cause(ctx))
+	// The informers run until ctx ends; the first lists must come within SyncTimeout.
+	wait, cancel := context.WithTimeoutCause(ctx, s.opts.SyncTimeout,
+		fmt.Errorf("no answer within %v: is the API server reachable, and may morph list and watch CustomResourceDefinitions, Namespaces and the policy kinds? (see docs/cluster.md)", s.opts.SyncTimeout))
+	defer cancel()
+	if !cache.WaitForCacheSync(wait.Done(), s.crdInformer.HasSynced, s.nsInformer.HasSynced) {
+		return fmt.Errorf("waiting for the CustomResourceDefinition and Namespace caches: %w", context.Cause(wait))
 	}
 	s.crdChanged()
 	s.factory.Start(ctx.Done())
@@ -223,8 +235,8 @@ func (s *Source) Start(ctx context.Context) error {
 		synced = append(synced, w.informer.HasSynced)
 	}
 	s.mu.Unlock()
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("waiting for the policy caches: %w", context.Cause(ctx))
+	if !cache.WaitForCacheSync(wait.Done(), synced...) {
+		return fmt.Errorf("waiting for the policy caches: %w", context.Cause(wait))
 	}
 	go func() {
 		// Start informers of kinds whose CRDs appear later.
