@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,12 @@ import (
 func clusterObject(apiVersion, kind, name string, spec map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": apiVersion, "kind": kind,
-		"metadata": map[string]any{"name": name, "uid": "uid-" + name, "generation": int64(1)},
+		// metadata as the API server returns it
+		"metadata": map[string]any{"name": name, "uid": "uid-" + name, "generation": int64(1),
+			"resourceVersion": "7", "creationTimestamp": "2026-11-23T08:00:00Z",
+			"managedFields": []any{map[string]any{"manager": "kubectl", "operation": "Update", "apiVersion": apiVersion,
+				"time": "2026-11-23T08:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:spec": map[string]any{}}}}},
+		"status": map[string]any{"conditions": []any{}},
 		"spec":     spec,
 	}}
 }
@@ -63,9 +69,26 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 	conflictA := clusterAssign("conflict-a", "data.shape[name: x].v", "a")
 	conflictB := clusterAssign("conflict-b", "data.shape.v", "b")
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), listKinds, objs...)
+	mpol := clusterObject("policies.kyverno.io/v1beta1", "MutatingPolicy", "mpol", map[string]any{
+		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+			"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}, "operations": []any{"CREATE"}}}},
+		"mutations": []any{map[string]any{"patchType": "ApplyConfiguration", "applyConfiguration": map[string]any{
+			"expression": `Object{metadata: Object.metadata{labels: {"a": "b"}}}`}}},
+	})
+	katalog := clusterObject("orkestra.orkspace.io/v1", "Katalog", "kat", map[string]any{
+		"crds": []any{map[string]any{"name": "gadget",
+			"apiTypes":    map[string]any{"group": "x.morph.dev", "version": "v1", "kind": "Gadget", "plural": "gadgets"},
+			"operatorBox": map[string]any{"mutation": []any{map[string]any{"field": "spec.replicas", "default": "2"}}}}},
+	})
 	// Created through the client: the fake's seeding guesses the plural ("assigns").
-	for _, o := range []*unstructured.Unstructured{good, bad, conflictA, conflictB} {
-		if _, err := client.Resource(crds.Kinds()[0].Resource()).Create(t.Context(), o, metav1.CreateOptions{}); err != nil {
+	for _, o := range []*unstructured.Unstructured{good, bad, conflictA, conflictB, mpol, katalog} {
+		var kind crds.Kind
+		for _, k := range crds.Kinds() {
+			if k.Kind == o.GetKind() {
+				kind = k
+			}
+		}
+		if _, err := client.Resource(kind.Resource()).Create(t.Context(), o, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,8 +114,9 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 	for _, m := range snap.Bundle.Mutators {
 		served = append(served, m.ID().Name)
 	}
-	if strings.Join(served, ",") != "good" {
-		t.Errorf("served mutators %v, want only good", served)
+	slices.Sort(served)
+	if strings.Join(served, ",") != "good,kat,mpol" {
+		t.Errorf("served mutators %v, want good, kat and mpol", served)
 	}
 	outcomes := map[string]policies.Outcome{}
 	for _, o := range src.Outcomes() {
@@ -103,6 +127,8 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 		reason, prefix string
 	}{
 		"good":       {true, policies.ReasonCompiled, ""},
+		"mpol":       {true, policies.ReasonCompiled, ""},
+		"kat":        {true, policies.ReasonCompiled, ""},
 		"bad":        {false, policies.ReasonCompileError, `assign.mutations.gatekeeper.sh/bad: document 1 (Assign "bad"): spec.location: `},
 		"conflict-a": {false, policies.ReasonSkipped, "schema conflict at "},
 		"conflict-b": {false, policies.ReasonSkipped, "schema conflict at "},
@@ -119,22 +145,21 @@ func TestClusterSourceIsolatesPolicies(t *testing.T) {
 	w := &policies.StatusWriter{Source: src, Client: client}
 	go func() { w.Run(wctx); close(done) }()
 	gvr := crds.Kinds()[0].Resource()
-	var badStatus map[string]any
-	for i := 0; i < 200 && badStatus == nil; i++ {
+	var conds []any
+	for i := 0; i < 200 && len(conds) == 0; i++ {
 		o, err := client.Resource(gvr).Get(ctx, "bad", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		badStatus, _, _ = unstructured.NestedMap(o.Object, "status")
-		if badStatus == nil {
+		conds, _, _ = unstructured.NestedSlice(o.Object, "status", "conditions")
+		if len(conds) == 0 {
 			time.Sleep(10 * time.Millisecond) // the writer runs in its goroutine
 		}
 	}
 	stop()
 	<-done
-	conds, _, _ := unstructured.NestedSlice(badStatus, "conditions")
 	if len(conds) != 1 {
-		t.Fatalf("status of bad: %v, want one condition", badStatus)
+		t.Fatalf("conditions of bad: %v, want one", conds)
 	}
 	c := conds[0].(map[string]any)
 	if c["type"] != "Ready" || c["status"] != "False" || c["reason"] != policies.ReasonCompileError || c["observedGeneration"] != int64(1) ||
