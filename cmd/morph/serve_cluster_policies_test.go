@@ -28,7 +28,7 @@ func clusterObject(apiVersion, kind, name string, spec map[string]any) *unstruct
 			"managedFields": []any{map[string]any{"manager": "kubectl", "operation": "Update", "apiVersion": apiVersion,
 				"time": "2026-11-23T08:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:spec": map[string]any{}}}}},
 		"status": map[string]any{"conditions": []any{}},
-		"spec":     spec,
+		"spec":   spec,
 	}}
 }
 
