@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -30,6 +31,17 @@ type StatusWriter struct {
 	Logger *slog.Logger
 	// Now returns the current time (time.Now when nil).
 	Now func() time.Time
+
+	// written is the last outcome written per policy, with the resourceVersion the
+	// write returned: when the cached object still has that version, there is nothing to
+	// do, even if the status does not show the condition (a CRD of Gatekeeper or Kyverno
+	// whose status schema prunes it). Only Run's goroutine uses it.
+	written map[types.UID]writtenStatus
+}
+
+type writtenStatus struct {
+	outcome         Outcome
+	resourceVersion string
 }
 
 // Run writes statuses after every compilation, and every 30 s, until ctx ends. It
@@ -38,6 +50,9 @@ func (w *StatusWriter) Run(ctx context.Context) {
 	log := w.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if w.written == nil {
+		w.written = map[types.UID]writtenStatus{}
 	}
 	changed := w.Source.Subscribe()
 	t := time.NewTicker(resyncStatus)
@@ -88,6 +103,10 @@ func (w *StatusWriter) write(ctx context.Context, o Outcome) error {
 	if !ok || cached.GetGeneration() != o.Generation {
 		return nil // deleted or changed since compiled: the next compilation writes
 	}
+	last, wrote := w.written[o.Ref.UID]
+	if wrote && sameOutcome(last.outcome, o) && last.resourceVersion == cached.GetResourceVersion() {
+		return nil
+	}
 	want := map[string]any{
 		"type":               "Ready",
 		"status":             conditionStatus(o.Ready),
@@ -129,13 +148,15 @@ func (w *StatusWriter) write(ctx context.Context, o Outcome) error {
 	if o.Ref.Namespace != "" {
 		ri = w.Client.Resource(gvr).Namespace(o.Ref.Namespace)
 	}
-	if _, err := ri.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "morph"}); err != nil {
+	updated, err := ri.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "morph"})
+	if err != nil {
 		return err
 	}
 	w.Source.metrics.statusWrites.WithLabelValues("success").Inc()
-	if w.Events != nil && (prev == nil || !sameCondition(prev, want)) {
+	if w.Events != nil && (!wrote || !sameOutcome(last.outcome, o)) && (prev == nil || !sameCondition(prev, want)) {
 		w.Events.policyOutcome(obj, o)
 	}
+	w.written[o.Ref.UID] = writtenStatus{outcome: o, resourceVersion: updated.GetResourceVersion()}
 	return nil
 }
 
@@ -165,4 +186,10 @@ func conditionStatus(ready bool) string {
 		return "True"
 	}
 	return "False"
+}
+
+// sameOutcome reports whether two outcomes of one policy say the same.
+func sameOutcome(a, b Outcome) bool {
+	return a.Ref.UID == b.Ref.UID && a.Generation == b.Generation && a.Ready == b.Ready &&
+		a.Reason == b.Reason && a.Message == b.Message
 }
