@@ -52,6 +52,10 @@ func TestClusterPolicies(t *testing.T) {
 		if _, err := c.APIExtensions.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), crd.Name, metav1.GetOptions{}); err == nil {
 			t.Fatalf("CRD %s already exists: another test installed it", crd.Name)
 		}
+		if crd.Name == "katalogs.orkestra.orkspace.io" {
+			// As if another tool had installed it: morph must use it and say so.
+			crd.Labels = map[string]string{"app.kubernetes.io/managed-by": "orkestra"}
+		}
 		CreateCRD(t, crd)
 	}
 	CreateCRD(t, serveCRD(t, filepath.Join("testdata", "cluster", "gadget-crd.yaml")))
@@ -59,9 +63,10 @@ func TestClusterPolicies(t *testing.T) {
 
 	certDir := t.TempDir()
 	var addr string
+	var p *serveProcess
 	for try := 1; ; try++ {
 		addr = serveFreeAddr(t)
-		p := serveStart(t, bin, "serve", "--kubeconfig", c.KubeconfigPath(), "--leader-elect=false",
+		p = serveStart(t, bin, "serve", "--kubeconfig", c.KubeconfigPath(), "--leader-elect=false",
 			"--cert-dir", certDir, "--addr", addr, "--log-level", "debug")
 		if _, err := serveAwaitReady(p, addr, certDir); err == nil {
 			break
@@ -173,6 +178,16 @@ func TestClusterPolicies(t *testing.T) {
 	clusterAwait(t, "the Katalog's Event on the Gadget", func() error {
 		return clusterEvent(t, ns.Name, "Gadget", "g1", "GadgetMutation", "defaults applied")
 	})
+
+	// The Katalog CRD of another owner is used as it is.
+	if !p.log.contains("using an existing CustomResourceDefinition that morph did not install") || !p.log.contains("owner=orkestra") {
+		t.Errorf("morph did not say it uses the Katalog CRD of another owner:\n%s", p.log)
+	}
+	if crd, err := c.APIExtensions.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), "katalogs.orkestra.orkspace.io", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if crd.Labels["app.kubernetes.io/managed-by"] != "orkestra" {
+		t.Errorf("the Katalog CRD's labels changed: %v", crd.Labels)
+	}
 
 	// A changed Assign mutates with its new value.
 	assigns := c.Dynamic.Resource(assignGVR)
