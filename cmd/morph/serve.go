@@ -81,6 +81,13 @@ A folder that does not load keeps the last good policies (the error is logged,
 counted in morph_policy_reloads_total and shown by /readyz). When the first load
 fails the server still starts, unready, until the folder loads.
 
+Cluster mode: with --kubeconfig FILE (or in a Pod, without --policies) the policies
+are the cluster's Gatekeeper mutators, Kyverno MutatingPolicies and Katalogs (CRDs:
+morph generate crds), read with informers and compiled again within a second of a
+change; a policy that does not compile is left out and its status says why
+(condition Ready). MutatingAdmissionPolicies are left to kube-apiserver. See
+docs/cluster.md.
+
 Certificates: --tls-cert and --tls-key name a pair, reloaded when the files change.
 --cert-dir DIR uses DIR/tls.crt and DIR/tls.key the same way; when they are missing,
 morph generates a CA and a certificate for the --addr host and every --dns-name,
