@@ -2,6 +2,7 @@ package policies
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,5 +92,42 @@ func TestStatusWriterUnderForeignSchema(t *testing.T) {
 		t.Errorf("%d events, want 1", len(fake.Events))
 	} else if e := <-fake.Events; e != `Warning CompileError tests.test.morph.dev/broken: document 1 (Test "broken"): spec.error: bad field` {
 		t.Errorf("event %q", e)
+	}
+}
+
+// TestResourceReads: resource.Get/List read from an informer started at the first read.
+func TestResourceReads(t *testing.T) {
+	cmGVR := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	cm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "settings", "namespace": "apps"},
+		"data":     map[string]any{"tier": "gold"},
+	}}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(), map[schema.GroupVersionResource]string{
+		crdResource: "CustomResourceDefinitionList", namespaceResource: "NamespaceList", cmGVR: "ConfigMapList",
+	}, cm)
+	src, err := New(Options{Client: client, Kinds: []crds.Kind{}, NewLoader: func(*objects.Store) *policy.Loader { return policy.NewLoader() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Get(t.Context(), "v1", "configmaps", "apps", "settings"); err == nil {
+		t.Error("a read before Start succeeded")
+	}
+	if err := src.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := src.Get(t.Context(), "v1", "configmaps", "apps", "settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tier, _, _ := unstructured.NestedString(got, "data", "tier"); tier != "gold" {
+		t.Errorf("Get: %v", got)
+	}
+	if _, err := src.Get(t.Context(), "v1", "configmaps", "apps", "missing"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("Get of a missing object: %v", err)
+	}
+	list, err := src.List(t.Context(), "v1", "configmaps", "other")
+	if err != nil || len(list) != 0 {
+		t.Errorf("List in another namespace: %v, %v", list, err)
 	}
 }
