@@ -273,9 +273,11 @@ func clusterDecodeCRDs(t *testing.T, data []byte) []*apiextensionsv1.CustomResou
 
 func clusterAwait(t *testing.T, what string, fn func() error) {
 	t.Helper()
+	start := time.Now()
 	if err := poll(t.Context(), clusterTimeout, fn); err != nil {
 		t.Fatalf("%s: not within %v: %v", what, clusterTimeout, err)
 	}
+	t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
 }
 
 // clusterAwaitReady waits until the policy's Ready condition has status (and reason,
