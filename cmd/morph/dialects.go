@@ -23,6 +23,7 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 		}),
 		cel.New(cel.Options{
 			Objects:        store,
+			Resources:      opts.resources,
 			HTTPAllowHosts: opts.httpAllowHosts,
 		}),
 		katalog.New(katalog.Options{Objects: store}),
@@ -39,6 +40,10 @@ func addDialectCommands(root *cobra.Command, newLoader func(*objects.Store) *pol
 	generate.AddCommand(
 		newGenerateMapCommand(stdin, stdout, stderr),
 		newGenerateWebhooksCommand(newLoader, stdout, stderr),
+		newGenerateCRDsCommand(stdout),
 	)
 	root.AddCommand(generate)
 }
+
+// resourceReader answers CEL resource.Get/List (in a cluster: informers).
+type resourceReader = cel.ResourceReader

@@ -83,6 +83,8 @@ type dialectOptions struct {
 	allowExternalData   bool
 	mutationAnnotations bool
 	httpAllowHosts      []string
+	// resources answers CEL resource.Get/List in a cluster (nil: the context store).
+	resources resourceReader
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -104,9 +106,14 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	addMaxInputFlag(root)
 
 	newLoader := func(store *objects.Store) *policy.Loader { return newDialects(store, opts) }
+	newClusterLoader := func(store *objects.Store, r resourceReader) *policy.Loader {
+		o := *opts
+		o.resources = r
+		return newDialects(store, &o)
+	}
 	root.AddCommand(
 		newApplyCommand(newLoader, stdin, stdout, stderr),
-		newServeCommand(newLoader, stdout, stderr),
+		newServeCommand(newLoader, newClusterLoader, stdout, stderr),
 		newVersionCommand(stdout),
 	)
 	addDialectCommands(root, newLoader, stdin, stdout, stderr)

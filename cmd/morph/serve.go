@@ -53,6 +53,7 @@ type serveOptions struct {
 	logFormat      string
 	logLevel       string
 	heapFloor      string
+	cluster        clusterOptions
 
 	// admissionSet and conversionSet are the settings as the user gave them, such as
 	// "--conversion=false" or "ENABLE_CONVERSION=false", for errors that name them;
@@ -63,8 +64,9 @@ type serveOptions struct {
 
 // newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
 // stdout.
-func newServeCommand(newLoader func(*objects.Store) *policy.Loader, _, stderr io.Writer) *cobra.Command {
+func newServeCommand(newLoader func(*objects.Store) *policy.Loader, newClusterLoader func(*objects.Store, resourceReader) *policy.Loader, _, stderr io.Writer) *cobra.Command {
 	o := &serveOptions{}
+	o.cluster.newLoader = newClusterLoader
 	cmd := &cobra.Command{
 		Use:   "serve --policies DIR (--cert-dir DIR | --tls-cert FILE --tls-key FILE)",
 		Short: "Serve policies as admission and CRD conversion webhooks over HTTPS",
@@ -79,6 +81,13 @@ The folder is polled every --reload-interval; a change reloads every policy at o
 A folder that does not load keeps the last good policies (the error is logged,
 counted in morph_policy_reloads_total and shown by /readyz). When the first load
 fails the server still starts, unready, until the folder loads.
+
+Cluster mode: with --kubeconfig FILE (or in a Pod, without --policies) the policies
+are the cluster's Gatekeeper mutators, Kyverno MutatingPolicies and Katalogs (CRDs:
+morph generate crds), read with informers and compiled again within a second of a
+change; a policy that does not compile is left out and its status says why
+(condition Ready). MutatingAdmissionPolicies are left to kube-apiserver. See
+docs/cluster.md.
 
 Certificates: --tls-cert and --tls-key name a pair, reloaded when the files change.
 --cert-dir DIR uses DIR/tls.crt and DIR/tls.key the same way; when they are missing,
@@ -147,6 +156,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", webhook.DefaultShutdownGrace, "how long in-flight requests may take to finish on shutdown")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
+	o.cluster.addFlags(f)
 	f.StringVar(&o.heapFloor, "gc-heap-floor", resource.NewQuantity(heapfloor.DefaultSize, resource.BinarySI).String(), "heap size below which the garbage collector does not run (a quantity; 0 leaves Go's pacing alone; GOMEMLIMIT still caps it)")
 }
 
@@ -195,8 +205,12 @@ func (o *serveOptions) fromEnvironment(flags *pflag.FlagSet, lookup func(string)
 // where it has them.
 func (o *serveOptions) check() error {
 	switch {
-	case o.policies == "":
-		return usagef("--policies is required: give the folder of policies to serve")
+	case o.policies == "" && !o.clusterMode():
+		return usagef("--policies is required: give the folder of policies to serve, or --kubeconfig FILE to serve the cluster's")
+	case o.policies != "" && o.cluster.kubeconfig != "":
+		return usagef("--policies and --kubeconfig exclude each other: serve a folder, or the cluster's policies")
+	case o.clusterMode() && len(o.contexts) > 0:
+		return usagef("--context is for --policies: in cluster mode the context objects come from the API server")
 	case !o.admission && !o.conversion && o.admissionSet == "":
 		return usagef("nothing to serve: %s turns off /convert, and with it /mutate and /validate, as admission requires conversion — %s",
 			o.conversionSetting(), o.conversionFix())
@@ -331,6 +345,9 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	certs, err := webhook.LoadCertificates(certFile, keyFile)
 	if err != nil {
 		return err
+	}
+	if o.clusterMode() {
+		return o.runCluster(ctx, certs, maxBody, log)
 	}
 	server, err := webhook.New(webhook.Options{
 		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader, Reader: o.reader},

@@ -124,7 +124,7 @@ func writeServeFile(t *testing.T, path, content string) {
 // executeServe runs "serve" with args under ctx and returns its error.
 func executeServe(ctx context.Context, stderr io.Writer, args ...string) error {
 	root := &cobra.Command{Use: "morph", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newServeCommand(serveTestLoader, io.Discard, stderr))
+	root.AddCommand(newServeCommand(serveTestLoader, nil, io.Discard, stderr))
 	root.SetArgs(append([]string{"serve"}, args...))
 	return root.ExecuteContext(ctx)
 }

@@ -213,6 +213,9 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 		s.policyFailed(msg, f, c)
 	}
 	resp.Warnings = append(resp.Warnings, res.Warnings...)
+	if s.opts.Mutated != nil && !req.DryRun {
+		s.opts.Mutated(ctx, req, res)
+	}
 	if validators := rt.validatorsOf(c.group); c.group == "" && validators.Len() > 0 {
 		// /mutate alone (no group) also warns of the validation rules the mutated
 		// object breaks; a grouped webhook leaves that to its validating webhook.

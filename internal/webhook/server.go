@@ -12,7 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/morph-dev/morph/internal/engine"
 )
 
 // Defaults of Options.
@@ -41,6 +44,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time (time.Now when nil).
 	Now func() time.Time
+	// Mutated, when set, is called after /mutate admitted a request that is not a dry
+	// run, with the policy set and the engine's result (in a cluster: the Events of
+	// Katalog defaults). It runs on the request's goroutine and must not block.
+	Mutated func(ctx context.Context, req *engine.Request, res *engine.Result)
 }
 
 // Server answers admission and conversion reviews with the policies of its Source. Build
@@ -119,6 +126,10 @@ func New(opts Options) (*Server, error) {
 
 // Handler returns the server's HTTP handler (all endpoints), for tests and for embedding.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registerer is the registry of the server's /metrics, for the metrics of the parts
+// that feed it (the cluster policy source).
+func (s *Server) Registerer() prometheus.Registerer { return s.metrics.registry }
 
 // Ready reports whether a policy set is loaded.
 func (s *Server) Ready() bool { return s.rt.Load() != nil }
