@@ -318,7 +318,7 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 	if op == engine.Delete && req.OldObject == nil {
 		req.OldObject = obj
 	}
-	req.NamespaceObject = request.NamespaceObject(store, gvk, ns, req.Object, req.OldObject)
+	req.NamespaceObject = request.NamespaceObject(store, gvk, ns, req.Object, req.OldObject, request.AssumeCreated)
 	return req, nil
 }
 

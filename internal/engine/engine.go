@@ -109,6 +109,11 @@ type Request struct {
 	// (the background controller, morph apply --existing): only policies whose
 	// Descriptor.Existing is set apply, matched by their own rules for existing objects.
 	Background bool
+	// Reconcile marks an object reconciled by its controller (Katalog's reconciler,
+	// morph apply --mode reconcile): every policy applies, also those off at admission
+	// (Descriptor.AdmissionOff). Without Background or Reconcile the request is an
+	// admission request, which policies off at admission do not see.
+	Reconcile bool
 	// WriteBudget bounds the bytes the policies may write into the object in this
 	// request (see Writer.Charge); 0 is DefaultWriteBudget.
 	WriteBudget int64
@@ -320,8 +325,8 @@ type Descriptor struct {
 	// Katalog entry with webhooks.mutation false.
 	AdmissionOff bool
 	// Existing marks a policy that mutates objects that already exist, outside
-	// admission (Kyverno evaluation.mutateExisting): surfaces run it on Requests with
-	// Background set.
+	// admission and reconciliation (Kyverno evaluation.mutateExisting): it runs on
+	// Requests with Background set, and only such policies do.
 	Existing bool
 	// MutateFirst asks, when objects are reconciled, that the policy's validation runs
 	// after mutation instead of before (Katalog mutateFirst).

@@ -11,7 +11,7 @@ import (
 // did not converge, or ctx ended.
 func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 	res := &Result{Object: req.Object}
-	cands := applicable(s.candidates(req.Kind, req.Operation), req.Background)
+	cands := applicable(s.candidates(req.Kind, req.Operation), req)
 	if len(cands) > 0 {
 		if err := s.converge(ctx, req, cands, res); err != nil {
 			return nil, err
@@ -135,16 +135,10 @@ func anyRuns(cands []*compiled, pass int) bool {
 	return slices.ContainsFunc(cands, func(c *compiled) bool { return runs(c.Reinvocation, pass) })
 }
 
-// applicable keeps the candidates that run on this kind of request: on a background
-// request the policies that mutate existing objects, at admission the others that are
-// not turned off at admission. It allocates only when it drops one.
-func applicable(cands []*compiled, background bool) []*compiled {
-	keep := func(c *compiled) bool {
-		if background {
-			return c.Existing
-		}
-		return !c.AdmissionOff
-	}
+// applicable keeps the candidates that run on this kind of request (see Applies). It
+// allocates only when it drops one.
+func applicable(cands []*compiled, req *Request) []*compiled {
+	keep := func(c *compiled) bool { return Applies(c.Descriptor, req) }
 	for i, c := range cands {
 		if keep(c) {
 			continue
@@ -158,6 +152,20 @@ func applicable(cands []*compiled, background bool) []*compiled {
 		return out
 	}
 	return cands
+}
+
+// Applies reports whether a policy runs on this kind of request: on a background
+// request (Request.Background) only the policies that mutate existing objects; on a
+// reconciled object (Request.Reconcile) every policy; at admission the policies not
+// turned off at admission. It decides for mutators and validators alike.
+func Applies(d Descriptor, req *Request) bool {
+	switch {
+	case req.Background:
+		return d.Existing
+	case req.Reconcile:
+		return true
+	}
+	return !d.AdmissionOff
 }
 
 // addNotes adds a call's notes, with the policy's ID, once each.

@@ -63,7 +63,14 @@ func (v *Validators) MutateFirst(id ID) bool {
 // to log and count) and worded in warnings (texts for the user, one per failure).
 func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]any) (violations []Violation, warnings []string, failures []Failure) {
 	for _, val := range v.all {
-		if !targetsMatch(val.Targets, req.Kind, req.Operation) {
+		if !targetsMatch(val.Targets, req.Kind, req.Operation) || !Applies(val.Descriptor, req) {
+			continue
+		}
+		if err := Stopped(ctx); err != nil {
+			// Past the request's deadline no check runs: the caller answers as the
+			// validators' failure policies say (see Validators.FailClose).
+			failures = append(failures, Failure{ID: val.ID, Err: err})
+			warnings = append(warnings, fmt.Sprintf("%s: validation skipped: %v", val.ID, err))
 			continue
 		}
 		vs, err := callValidate(ctx, req, val, obj)
@@ -103,13 +110,24 @@ func callValidate(ctx context.Context, req *Request, val Validator, obj map[stri
 	return vs, err
 }
 
+// FailClose reports whether any validator that applies to req fails closed: a request
+// whose validation could not finish is then refused.
+func (v *Validators) FailClose(req *Request) bool {
+	for _, val := range v.all {
+		if val.FailurePolicy == FailClose && targetsMatch(val.Targets, req.Kind, req.Operation) && Applies(val.Descriptor, req) {
+			return true
+		}
+	}
+	return false
+}
+
 // ConvertFunc returns obj at toAPIVersion ("group/version"). obj is not modified.
 type ConvertFunc func(ctx context.Context, obj map[string]any, toAPIVersion string) (map[string]any, error)
 
 // Converter converts objects of one group and kind between the versions it knows (CRD
 // conversion, Katalog conversion paths): its descriptor, the group and kind, and its one
-// convert function. Use Converter.Run, which applies the budgets and the checks every
-// surface needs.
+// convert function. Convert through Conversions.Convert, which applies the budgets and
+// the checks every surface needs.
 type Converter struct {
 	Descriptor
 	GroupKind schema.GroupKind

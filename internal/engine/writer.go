@@ -170,9 +170,15 @@ func (w *Writer) List(l []any, extra int) []any {
 	if len(l) > 0 && w.owns(listID(l)) && cap(l)-len(l) >= extra {
 		return l
 	}
-	c := make([]any, len(l), len(l)+extra)
+	size := len(l) + extra
+	if len(l) > 0 && w.owns(listID(l)) {
+		// An owned list that must grow: grow it geometrically, so that appending one
+		// element at a time costs (and is charged) linear, not quadratic, bytes.
+		size = max(size, 2*cap(l))
+	}
+	c := make([]any, len(l), size)
 	copy(c, l)
-	w.spent += int64(len(l)+extra) * listEntryBytes
+	w.spent += int64(size) * listEntryBytes
 	if cap(c) > 0 {
 		w.own(listID(c))
 	}

@@ -11,6 +11,11 @@
 //     of the mutated object; when existing objects are reconciled, validation first unless
 //     a policy asks for mutation first (Katalog mutateFirst, spec 000).
 //
+// Offline, a Namespace the user did not give is taken to be as the API server creates
+// it (only its kubernetes.io/metadata.name label); a server does not guess: a policy
+// whose namespaceSelector needs a Namespace it does not know fails by its own failure
+// policy (see NamespaceObject).
+//
 // It knows no dialect and no transport.
 package request
 
@@ -28,11 +33,25 @@ type NamespaceLookup interface {
 	Namespace(name string) (map[string]any, bool)
 }
 
+// Guess says what NamespaceObject does with a Namespace the lookup does not know.
+type Guess bool
+
+// The two answers for an unknown Namespace.
+const (
+	// AssumeCreated takes it to be as the API server creates it, with only its
+	// kubernetes.io/metadata.name label: offline, where the user gives as context only
+	// the Namespaces that matter.
+	AssumeCreated Guess = true
+	// Unknown leaves it nil, so that a policy whose namespaceSelector needs it fails by
+	// its own failure policy: a server, where a guess could match a selector (NotIn,
+	// DoesNotExist) the real Namespace does not.
+	Unknown Guess = false
+)
+
 // NamespaceObject is the Namespace a request's policies see: for a Namespace itself the
 // object (or, on DELETE, the old object); for a namespaced object the one lookup knows,
-// else a Namespace carrying only its kubernetes.io/metadata.name label, as the API
-// server labels every Namespace; nil for cluster-scoped objects.
-func NamespaceObject(lookup NamespaceLookup, kind schema.GroupVersionKind, namespace string, obj, old map[string]any) map[string]any {
+// else what guess says; nil for cluster-scoped objects.
+func NamespaceObject(lookup NamespaceLookup, kind schema.GroupVersionKind, namespace string, obj, old map[string]any, guess Guess) map[string]any {
 	if kind.Group == "" && kind.Kind == "Namespace" {
 		if obj == nil {
 			return old
@@ -47,7 +66,10 @@ func NamespaceObject(lookup NamespaceLookup, kind schema.GroupVersionKind, names
 			return ns
 		}
 	}
-	return Namespace(namespace)
+	if guess == AssumeCreated {
+		return Namespace(namespace)
+	}
+	return nil
 }
 
 // Namespace is a Namespace object as the API server creates it: with its name label.
@@ -64,10 +86,10 @@ type Mode int
 // The evaluation modes.
 const (
 	// Admission mutates, then validates the mutated object: what the API server's
-	// webhooks do.
+	// webhooks do. Policies off at admission do not run.
 	Admission Mode = iota
-	// Reconcile evaluates existing objects as the controllers that own them do: only the
-	// policies that mutate existing objects run (engine.Request.Background), and
+	// Reconcile evaluates existing objects as the controllers that own them do
+	// (engine.Request.Reconcile: every policy runs, also those off at admission), and
 	// validation runs first, except for policies that ask for mutation first, whose
 	// validation sees the mutated object.
 	Reconcile
@@ -98,57 +120,53 @@ func (e *Evaluation) Denied() bool {
 	return false
 }
 
-// Evaluate mutates and validates one object in the order the mode asks for. In
-// Reconcile mode req.Background is set. An object refused by validation before mutation
+// Evaluate mutates and validates one object in the order the mode asks for; in
+// Reconcile mode it sets req.Reconcile. An object refused by validation before mutation
 // is returned unmutated. The error is the engine's: the request must fail.
 func Evaluate(ctx context.Context, p Policies, req *engine.Request, mode Mode) (*Evaluation, error) {
 	ev := &Evaluation{}
-	var before []engine.Violation
-	if mode == Reconcile {
-		req.Background = true
-		vs, warnings, failures := p.validate(ctx, req, req.Object)
-		ev.ValidatorFailures = failures
-		for _, v := range vs {
-			if !p.mutateFirst(v.ID) {
-				before = append(before, v)
-			}
+	if mode == Admission {
+		res, err := p.Set.Mutate(ctx, req)
+		if err != nil {
+			return nil, err
 		}
-		for _, v := range before {
-			if v.Deny {
-				ev.Result = &engine.Result{Object: req.Object, Warnings: warnings}
-				ev.Violations = before
-				return ev, nil
-			}
-		}
+		vs, warnings, failures := p.validate(ctx, req, res.Object, func(engine.Validator) bool { return true })
+		res.Warnings = append(res.Warnings, warnings...)
+		ev.Result, ev.Violations, ev.ValidatorFailures = res, vs, failures
+		return ev, nil
+	}
+	req.Reconcile = true
+	// Validation first, by the validators that do not ask for mutation first.
+	before, warnings, failures := p.validate(ctx, req, req.Object, func(v engine.Validator) bool { return !v.MutateFirst })
+	ev.Violations, ev.ValidatorFailures = before, failures
+	if ev.Denied() {
+		ev.Result = &engine.Result{Object: req.Object, Warnings: warnings}
+		return ev, nil
 	}
 	res, err := p.Set.Mutate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	after, warnings, failures := p.validate(ctx, req, res.Object)
+	res.Warnings = append(warnings, res.Warnings...)
+	// Then the validators that asked for mutation first, on the mutated object.
+	after, warnings, failures := p.validate(ctx, req, res.Object, func(v engine.Validator) bool { return v.MutateFirst })
 	res.Warnings = append(res.Warnings, warnings...)
 	ev.Result = res
-	if mode == Admission {
-		ev.Violations, ev.ValidatorFailures = after, failures
-		return ev, nil
-	}
-	ev.Violations = before
-	for _, v := range after {
-		if p.mutateFirst(v.ID) {
-			ev.Violations = append(ev.Violations, v)
-		}
-	}
+	ev.Violations = append(ev.Violations, after...)
 	ev.ValidatorFailures = append(ev.ValidatorFailures, failures...)
 	return ev, nil
 }
 
-func (p Policies) validate(ctx context.Context, req *engine.Request, obj map[string]any) ([]engine.Violation, []string, []engine.Failure) {
+// validate runs the validators keep selects.
+func (p Policies) validate(ctx context.Context, req *engine.Request, obj map[string]any, keep func(engine.Validator) bool) ([]engine.Violation, []string, []engine.Failure) {
 	if p.Validators == nil {
 		return nil, nil, nil
 	}
-	return p.Validators.Validate(ctx, req, obj)
-}
-
-func (p Policies) mutateFirst(id engine.ID) bool {
-	return p.Validators != nil && p.Validators.MutateFirst(id)
+	var vs []engine.Validator
+	for _, v := range p.Validators.All() {
+		if keep(v) {
+			vs = append(vs, v)
+		}
+	}
+	return engine.NewValidators(vs).Validate(ctx, req, obj)
 }

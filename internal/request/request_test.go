@@ -31,18 +31,20 @@ func TestNamespaceObject(t *testing.T) {
 		kind      schema.GroupVersionKind
 		namespace string
 		obj, old  map[string]any
+		guess     request.Guess
 		want      map[string]any
 	}{
 		{name: "known namespace", lookup: store, kind: podGVK, namespace: "prod", want: prod},
-		{name: "unknown namespace carries its name label", lookup: store, kind: podGVK, namespace: "dev", want: request.Namespace("dev")},
-		{name: "no lookup at all", kind: podGVK, namespace: "dev", want: request.Namespace("dev")},
+		{name: "unknown namespace assumed as created", lookup: store, kind: podGVK, namespace: "dev", guess: request.AssumeCreated, want: request.Namespace("dev")},
+		{name: "unknown namespace not guessed", lookup: store, kind: podGVK, namespace: "dev", guess: request.Unknown},
+		{name: "no lookup at all", kind: podGVK, namespace: "dev", guess: request.AssumeCreated, want: request.Namespace("dev")},
 		{name: "cluster-scoped object", lookup: store, kind: schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}},
 		{name: "a Namespace is its own", lookup: store, kind: nsGVK, obj: self, want: self},
 		{name: "a deleted Namespace is its old object", lookup: store, kind: nsGVK, old: self, want: self},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := request.NamespaceObject(tt.lookup, tt.kind, tt.namespace, tt.obj, tt.old)
+			got := request.NamespaceObject(tt.lookup, tt.kind, tt.namespace, tt.obj, tt.old, tt.guess)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
@@ -56,7 +58,7 @@ func labelPolicy(name string, existing bool) engine.Mutator {
 		Descriptor: engine.Descriptor{
 			ID:       engine.ID{Dialect: "test", Kind: "Label", Name: name},
 			Targets:  []engine.Target{{Version: "v1", Kind: "Pod", Operations: engine.AllOperations}},
-			Existing: existing, AdmissionOff: existing, Reinvocation: engine.ReinvokeNever,
+			AdmissionOff: existing, Reinvocation: engine.ReinvokeNever,
 		},
 		Mutate: func(_ context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
 			md, _ := obj["metadata"].(map[string]any)
@@ -91,6 +93,11 @@ func requireLabel(name, label string, mutateFirst bool) engine.Validator {
 	}
 }
 
+func offAtAdmission(v engine.Validator) engine.Validator {
+	v.AdmissionOff = true
+	return v
+}
+
 func TestEvaluateModes(t *testing.T) {
 	set, err := engine.NewSet([]engine.Mutator{labelPolicy("admission", false), labelPolicy("reconcile", true)})
 	if err != nil {
@@ -109,11 +116,13 @@ func TestEvaluateModes(t *testing.T) {
 	}{
 		{name: "admission mutates then validates", mode: request.Admission,
 			validators: []engine.Validator{requireLabel("needs-admission", "admission", false)}, wantLabels: []string{"admission"}},
-		{name: "reconcile runs the policies for existing objects", mode: request.Reconcile, wantLabels: []string{"reconcile"}},
+		{name: "reconcile runs every policy, also those off at admission", mode: request.Reconcile, wantLabels: []string{"admission", "reconcile"}},
 		{name: "reconcile validates first: denied before mutation", mode: request.Reconcile,
 			validators: []engine.Validator{requireLabel("needs-reconcile", "reconcile", false)}, wantDenied: true, wantViolate: []string{"needs-reconcile"}},
 		{name: "mutateFirst validates the mutated object", mode: request.Reconcile,
-			validators: []engine.Validator{requireLabel("needs-reconcile", "reconcile", true)}, wantLabels: []string{"reconcile"}},
+			validators: []engine.Validator{requireLabel("needs-reconcile", "reconcile", true)}, wantLabels: []string{"admission", "reconcile"}},
+		{name: "a validator off at admission does not run at admission", mode: request.Admission,
+			validators: []engine.Validator{offAtAdmission(requireLabel("needs-reconcile", "reconcile", false))}, wantLabels: []string{"admission"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,8 +156,8 @@ func TestEvaluateModes(t *testing.T) {
 }
 
 func ExampleNamespaceObject() {
-	// A namespace no lookup knows is seen as the API server creates it.
-	ns := request.NamespaceObject(nil, podGVK, "team-a", nil, nil)
+	// Offline, a namespace no lookup knows is seen as the API server creates it.
+	ns := request.NamespaceObject(nil, podGVK, "team-a", nil, nil, request.AssumeCreated)
 	fmt.Println(ns["metadata"])
 	// Output: map[labels:map[kubernetes.io/metadata.name:team-a] name:team-a]
 }

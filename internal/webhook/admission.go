@@ -137,7 +137,7 @@ func engineRequest(review *admissionReview, namespaces NamespaceLookup) (*engine
 			req.UserInfo.Extra[k] = v
 		}
 	}
-	req.NamespaceObject = request.NamespaceObject(namespaces, req.Kind, req.Namespace, obj, old)
+	req.NamespaceObject = request.NamespaceObject(namespaces, req.Kind, req.Namespace, obj, old, request.Unknown)
 	return req, nil
 }
 

@@ -16,8 +16,8 @@ const StatsRoute = "katalog"
 
 // compiled is the entry's mutation as the engine runs it: once per request
 // (ReinvokeNever: Katalog rules apply once, in order), never blocking admission
-// (FailIgnore), at admission unless webhooks.mutation is false, and on existing objects
-// when they are reconciled.
+// (FailIgnore), at admission unless webhooks.mutation is false, and always when its
+// objects are reconciled (engine.Request.Reconcile).
 func (m *Mutator) compiled() engine.Mutator {
 	e := m.entry
 	t := e.APITypes
@@ -29,7 +29,6 @@ func (m *Mutator) compiled() engine.Mutator {
 			Reinvocation:    engine.ReinvokeNever,
 			FailurePolicy:   engine.FailIgnore,
 			AdmissionOff:    !e.Webhook.Mutation,
-			Existing:        true,
 			MutateFirst:     e.MutateFirst,
 			Stats:           entryStats([]*Entry{e}),
 			DescribeFailure: AdmissionErrorLog,
@@ -52,7 +51,6 @@ func (v *Validator) compiled() engine.Validator {
 			Resources:     []schema.GroupVersionResource{t.GroupVersionResource()},
 			FailurePolicy: engine.FailClose,
 			AdmissionOff:  !e.Webhook.Validation,
-			Existing:      true,
 			MutateFirst:   e.MutateFirst,
 			Stats:         entryStats([]*Entry{e}),
 		},
