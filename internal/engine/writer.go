@@ -58,6 +58,42 @@ func (w *Writer) Charge(n int) error {
 	return nil
 }
 
+// ChargeValue charges the bytes of a value a mutator stores (strings by their length,
+// maps and lists by their entries, recursively) and returns a *BudgetError once the
+// budget is spent. It stops walking as soon as the budget is spent, so charging a huge
+// value costs no more than the budget.
+func (w *Writer) ChargeValue(v any) error {
+	w.spent += valueBytes(v, w.limit()-w.spent+1)
+	return w.overBudget()
+}
+
+// valueBytes sizes v, stopping once the size passes limit.
+func valueBytes(v any, limit int64) int64 {
+	switch x := v.(type) {
+	case string:
+		return int64(len(x))
+	case map[string]any:
+		n := int64(len(x)) * mapEntryBytes
+		for k, e := range x {
+			if n > limit {
+				return n
+			}
+			n += int64(len(k)) + valueBytes(e, limit-n)
+		}
+		return n
+	case []any:
+		n := int64(len(x)) * listEntryBytes
+		for _, e := range x {
+			if n > limit {
+				return n
+			}
+			n += valueBytes(e, limit-n)
+		}
+		return n
+	}
+	return 8
+}
+
 // Remaining is how many bytes the run may still write (0 when the budget is spent).
 func (w *Writer) Remaining() int64 { return max(w.limit()-w.spent, 0) }
 

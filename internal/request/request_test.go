@@ -56,8 +56,8 @@ func TestNamespaceObject(t *testing.T) {
 func labelPolicy(name string, existing bool) engine.Mutator {
 	return engine.Mutator{
 		Descriptor: engine.Descriptor{
-			ID:       engine.ID{Dialect: "test", Kind: "Label", Name: name},
-			Targets:  []engine.Target{{Version: "v1", Kind: "Pod", Operations: engine.AllOperations}},
+			ID:           engine.ID{Dialect: "test", Kind: "Label", Name: name},
+			Targets:      []engine.Target{{Version: "v1", Kind: "Pod", Operations: engine.AllOperations}},
 			AdmissionOff: existing, Reinvocation: engine.ReinvokeNever,
 		},
 		Mutate: func(_ context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {

@@ -195,9 +195,16 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	}
 	resp := &admissionv1.AdmissionResponse{UID: ar.UID, Allowed: true}
 	set := rt.mutationSet(c.group)
-	if req.Object == nil || set == nil {
-		// DELETE and CONNECT without options: nothing to mutate. A group no policy
-		// belongs to any more (a webhook configuration not yet updated): nothing to run.
+	if set == nil {
+		// A group no loaded policy belongs to: a webhook configuration not yet updated
+		// after a policy changed its failure policy or timeout. Nothing to run; say so.
+		s.metrics.unknownGroups.Inc()
+		s.log.Warn("no loaded policy belongs to the webhook group", append(c.attrs(), "group", c.group)...)
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("morph: no loaded policy belongs to webhook group %q: update the webhook configuration (morph generate webhooks)", c.group))
+		return ok(admissionAnswer(resp), outcomeAllowed)
+	}
+	if req.Object == nil {
+		// DELETE and CONNECT without options: nothing to mutate.
 		return ok(admissionAnswer(resp), outcomeAllowed)
 	}
 	res, err := set.Mutate(ctx, req)
@@ -266,7 +273,7 @@ func (s *Server) validatorsFailed(failures []engine.Failure, c *call) {
 
 // mutationFailed answers a request the engine could not finish (see the package
 // documentation, "Failures and deadlines"). Only the request's own deadline (ctx done)
-// is a timeout: a FailClose policy past its own deadline (TimeoutPolicy) while the
+// is a timeout: a FailClose policy past its own deadline (Descriptor.Timeout) while the
 // request still has time is that policy's error, counted and answered like any other.
 func (s *Server) mutationFailed(ctx context.Context, rt *runtime, set *engine.Set, req *engine.Request, resp *admissionv1.AdmissionResponse, err error, c *call) reply {
 	c.err = err
@@ -313,6 +320,19 @@ func (s *Server) validate(ctx context.Context, body []byte, c *call) reply {
 	}
 	violations, warnings, failures := validators.Validate(ctx, req, obj)
 	s.validatorsFailed(failures, c)
+	if err := engine.Stopped(ctx); err != nil {
+		// Validation did not finish in time: a fail-closed validator refuses what it
+		// could not check, as the API server does when it cannot reach the webhook.
+		c.err = err
+		if validators.FailClose(req) {
+			resp.Allowed = false
+			resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGatewayTimeout, Reason: metav1.StatusReasonTimeout,
+				Message: fmt.Sprintf("morph: validation did not finish in time: %v", err)}
+			return ok(admissionAnswer(resp), outcomeFailed)
+		}
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("morph: validation did not finish in time (%v); the object was admitted unchecked", err))
+		return ok(admissionAnswer(resp), outcomeFailed)
+	}
 	resp.Warnings = warnings
 	var denials []string
 	for _, v := range violations {

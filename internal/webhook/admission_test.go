@@ -447,3 +447,13 @@ func TestServerDoesNotGuessUnknownNamespaces(t *testing.T) {
 		t.Fatalf("allowed %v, patch %s: the unknown namespace was guessed", resp.Allowed, resp.Patch)
 	}
 }
+
+// TestValidationPastTheDeadlineRefuses: a fail-closed validator that could not finish
+// in time refuses the object (it used to be a skip, admitting what it would deny).
+func TestValidationPastTheDeadlineRefuses(t *testing.T) {
+	s := newTestServer(t, &policy.Bundle{Validators: validators(&labelValidator{name: "no-debug", key: "debug", deny: true, late: true})})
+	resp := admissionResponse(t, s.Handler(), "/validate?timeout=200ms", admissionBody(t, "v", pod(map[string]any{"debug": "1"})))
+	if resp.Allowed || resp.Result.Code != http.StatusGatewayTimeout || !strings.Contains(resp.Result.Message, "?timeout=200ms") {
+		t.Fatalf("allowed %v, result %+v: want a 504 refusal naming the deadline", resp.Allowed, resp.Result)
+	}
+}

@@ -81,6 +81,9 @@ type webhookGroup struct {
 	reinvoke   engine.Reinvocation
 	validating bool
 	rules      map[ruleKey]map[string]bool // resources by group, version and operations
+	// first is the group's first policy in the engine's order: groups are listed (and
+	// so called by the API server) in the order of their first policies.
+	first engine.ID
 }
 
 type groupKey struct {
@@ -223,8 +226,11 @@ func addRules(groups map[groupKey]*webhookGroup, k groupKey, d engine.Descriptor
 	}
 	g := groups[k]
 	if g == nil {
-		g = &webhookGroup{timeout: k.timeout, failure: k.failure, reinvoke: k.reinvoke, validating: k.validating, rules: map[ruleKey]map[string]bool{}}
+		g = &webhookGroup{timeout: k.timeout, failure: k.failure, reinvoke: k.reinvoke, validating: k.validating, rules: map[ruleKey]map[string]bool{}, first: d.ID}
 		groups[k] = g
+	}
+	if d.ID.Less(g.first) {
+		g.first = d.ID
 	}
 	add := func(rk ruleKey, resource string) {
 		if rk.ops == 0 {
@@ -263,8 +269,11 @@ func sortedGroups(groups map[groupKey]*webhookGroup) []*webhookGroup {
 		}
 	}
 	slices.SortFunc(out, func(a, b *webhookGroup) int {
-		// Fail before Ignore, then IfNeeded before Never, then by timeout.
-		return cmp.Or(cmp.Compare(b.failure, a.failure), cmp.Compare(a.reinvoke, b.reinvoke), cmp.Compare(a.timeout, b.timeout))
+		// The API server calls a configuration's webhooks in their order: list the
+		// groups in the engine's order of their first policies (morph.dev/order, dialect,
+		// kind, name), so that across groups the policies still run in that order as far
+		// as groups allow. Then Fail before Ignore, IfNeeded before Never, by timeout.
+		return cmp.Or(a.first.Compare(b.first), cmp.Compare(b.failure, a.failure), cmp.Compare(a.reinvoke, b.reinvoke), cmp.Compare(a.timeout, b.timeout))
 	})
 	return out
 }

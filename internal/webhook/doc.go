@@ -46,7 +46,7 @@
 // the request is answered as its candidates' failure policies say: refused with code 504
 // when any candidate policy is FailClose, otherwise admitted unchanged with a warning
 // (which is what the API server itself does when a failurePolicy Ignore webhook times
-// out). A policy's own deadline (TimeoutPolicy) bounds each of its calls; exceeding it is
+// out). A policy's own deadline (engine.Descriptor.Timeout) bounds each of its calls; exceeding it is
 // that policy's error, handled by its failure policy.
 //
 // # Dry run

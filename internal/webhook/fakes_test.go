@@ -203,13 +203,18 @@ type labelValidator struct {
 	deny   bool
 	err    error
 	panics bool
+	// late waits for ctx to end, then answers anyway.
+	late bool
 }
 
 func (v *labelValidator) ID() engine.ID {
 	return engine.ID{Dialect: "test", Kind: "Rule", Name: v.name}
 }
 func (v *labelValidator) Targets() []engine.Target { return []engine.Target{podTarget} }
-func (v *labelValidator) Validate(_ context.Context, _ *engine.Request, obj map[string]any) ([]engine.Violation, error) {
+func (v *labelValidator) Validate(ctx context.Context, _ *engine.Request, obj map[string]any) ([]engine.Violation, error) {
+	if v.late {
+		<-ctx.Done()
+	}
 	if v.panics {
 		panic("validator exploded")
 	}

@@ -52,6 +52,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // their own (engine.Stats; Katalog's /katalog/<entry>, spec 003). It knows no route: a
 // path whose first segment no loaded policy's statistics use is 404.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("request failed", "path", r.URL.Path, "error", fmt.Sprintf("panic: %v", p))
+			http.Error(w, "internal error (logged)", http.StatusInternalServerError)
+		}
+	}()
 	route, entry, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	rt := s.rt.Load()
 	if !ok || route == "" || entry == "" || strings.Contains(entry, "/") || rt == nil || rt.stats[route] == nil {

@@ -18,6 +18,9 @@ type metrics struct {
 	policies    *prometheus.GaugeVec   // sort
 	// certificateReloads counts reloads of rotated serving certificates.
 	certificateReloads *prometheus.CounterVec // outcome
+	// unknownGroups counts admission requests for a webhook group no loaded policy
+	// belongs to (a configuration not yet updated).
+	unknownGroups prometheus.Counter
 }
 
 // Request outcomes, the "outcome" label of the request metrics.
@@ -73,12 +76,16 @@ func newMetrics() *metrics {
 			Namespace: "morph", Name: "certificate_reloads_total",
 			Help: "Reloads of changed serving certificate files, by outcome (success, failure: the last good certificate is still served). A failure is counted once until the error changes.",
 		}, []string{"outcome"}),
+		unknownGroups: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "morph", Subsystem: "webhook", Name: "unknown_group_requests_total",
+			Help: "Admission requests for a webhook group (/mutate/<group>) no loaded policy belongs to: update the webhook configuration.",
+		}),
 	}
 	// Both outcomes exist from the start, so that an alert on failures sees the first.
 	m.certificateReloads.WithLabelValues("success")
 	m.certificateReloads.WithLabelValues("failure")
 	m.registry.MustRegister(m.requests, m.latency, m.mutations, m.errors, m.passes, m.conversions, m.reloads, m.policies,
-		m.certificateReloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.certificateReloads, m.unknownGroups, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

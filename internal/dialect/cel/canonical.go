@@ -88,6 +88,9 @@ func applyChanges(orig, out map[string]any, p engine.Patch, w *engine.Writer) (m
 		if skip {
 			continue
 		}
+		if err := w.ChargeValue(adapted.Value); err != nil {
+			return nil, err
+		}
 		cur, err = applyPatch(cur, engine.Patch{adapted}, w)
 		if err != nil {
 			return nil, err

@@ -220,7 +220,8 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 // object only; the caller takes both over when it finished in time, so an abandoned
 // evaluation never races with the request.
 func (m *Mutator) evaluateWithin(ctx context.Context, req *engine.Request, in, old map[string]any, inv *invocation) (map[string]any, error) {
-	if m.timeout <= 0 {
+	if _, ok := ctx.Deadline(); !ok {
+		// No deadline (offline): nothing to return early for.
 		return m.evaluateRecovered(ctx, req, in, old, inv)
 	}
 	type result struct {

@@ -35,8 +35,8 @@ func (m *Mutator) Entry() *Entry { return m.entry }
 // always applies; a rule whose value equals the current one changes nothing.
 //
 // Templates run under the entry's budget, whose bytes are at most what the request's
-// write budget has left (engine.Writer.Remaining), and each rendered string is charged
-// to it. When it changed something it notes the reconcile-time event of spec 000
+// write budget has left (engine.Writer.Remaining), and each value stored is charged to
+// it (engine.Writer.ChargeValue). When it changed something it notes the reconcile-time event of spec 000
 // (DefaultsAppliedMessage).
 func (m *Mutator) Mutate(ctx context.Context, _ *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
 	var applied []FieldValue
@@ -49,9 +49,9 @@ func (m *Mutator) Mutate(ctx context.Context, _ *engine.Request, obj map[string]
 		budget.Bytes = max(min(budget.Bytes, w.Remaining()), 1)
 		v, err := r.value.Eval(ctx, obj, budget)
 		if err == nil {
-			if s, ok := v.(string); ok {
-				err = w.Charge(len(s))
-			}
+			// Every value stored is charged, a rendered string and a subtree a
+			// reference copies alike, before it is copied.
+			err = w.ChargeValue(v)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("mutation rule %s for field %q: resolving template %q: %w", r.action, r.text, r.value.raw, err)

@@ -3,9 +3,12 @@ package katalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
@@ -363,5 +366,40 @@ func TestCopiedValuesDoNotAlias(t *testing.T) {
 	want := map[string]any{"a": map[string]any{"b": "1"}, "c": map[string]any{"b": "1", "z": "2"}}
 	if !engine.Equal(res.Object["spec"], want) {
 		t.Errorf("spec %v", res.Object["spec"])
+	}
+}
+
+// TestReferencesAreChargedToTheWriteBudget: a rule that copies a subtree is charged for
+// it, so rules that copy the object into itself (doubling it each time) fail on the
+// request's write budget instead of growing the object without bound.
+func TestReferencesAreChargedToTheWriteBudget(t *testing.T) {
+	var rules strings.Builder
+	for i := range 16 { // without the charge: a 6.5 MB object, far past the budget
+		fmt.Fprintf(&rules, "          - {field: spec.c%d, override: \"{{ .spec }}\"}\n", i)
+	}
+	b := mustCompile(t, `apiVersion: orkestra.orkspace.io/v1
+kind: Katalog
+metadata: {name: demo}
+spec:
+  crds:
+    website:
+      apiTypes: {group: demo.orkestra.io, version: v1, kind: Website, plural: websites}
+      operatorBox:
+        mutation:
+          rules:
+`+rules.String())
+	set, err := engine.NewSet(b.Mutators)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := map[string]any{"apiVersion": "demo.orkestra.io/v1", "kind": "Website", "metadata": map[string]any{"name": "w"},
+		"spec": map[string]any{"title": strings.Repeat("x", 100)}}
+	req := &engine.Request{Kind: schema.GroupVersionKind{Group: "demo.orkestra.io", Version: "v1", Kind: "Website"}, Operation: engine.Create, Object: obj, WriteBudget: 64 << 10}
+	res, err := set.Mutate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "budget") || res.Changed() {
+		t.Fatalf("failures %v, changed %v: want the entry to fail on the write budget", res.Failures, res.Changed())
 	}
 }
