@@ -245,7 +245,7 @@ func (m *Mutator) evaluateWithin(ctx context.Context, req *engine.Request, in, o
 		inv.warnings = append(inv.warnings, own.warnings...)
 		return r.out, r.err
 	case <-ctx.Done():
-		if cause := context.Cause(ctx); cause != ctx.Err() {
+		if cause := context.Cause(ctx); cause != ctx.Err() { //nolint:errorlint // identity: a cause other than the plain error was given
 			// The request's deadline, which names its own timeout, came first.
 			return nil, fmt.Errorf("evaluation did not finish: %w", cause)
 		}
