@@ -19,9 +19,9 @@ import (
 // and exhaust memory. Every evaluation is charged:
 //
 //   - Steps: one per range iteration, template call and function call (field
-//     references excepted), plus the size
-//     of the lists and maps (one per element) and strings (one per 64 bytes) a
-//     function is given, so that a step is a bounded amount of work.
+//     references excepted), plus the size of the lists and maps (one per element) and
+//     strings (one per 64 bytes) a function is given, so that a step is a bounded
+//     amount of work.
 //   - Bytes: the template's output plus the size of every value a function returns
 //     (strings by length, lists and maps by their elements, counted each time they
 //     are referenced). Functions whose result can outgrow their arguments (printf,
