@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,5 +56,34 @@ func TestServeRequestTimeoutMustBePositive(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, "--request-timeout") {
 			t.Errorf("--request-timeout %s: exit %d: %s", d, code, errOut)
 		}
+	}
+}
+
+// morph convert bounds a conversion path's template as the server does.
+func TestConvertTemplateBudget(t *testing.T) {
+	dir := t.TempDir()
+	katalog := `apiVersion: orkestra.orkspace.io/v1
+kind: Katalog
+metadata: {name: hostile}
+spec:
+  crds:
+    widget:
+      apiTypes: {group: demo.morph.dev, version: v1, kind: Widget, plural: widgets}
+      conversion:
+        storageVersion: v1
+        paths:
+        - {from: v1, to: v2, spec: {range: "{{ range 100000000000 }}{{ end }}"}}
+        - {from: v2, to: v1, spec: {range: "{{ .spec.range }}"}}
+    widget-v2:
+      apiTypes: {group: demo.morph.dev, version: v2, kind: Widget, plural: widgets}
+      conversion: {participant: true}
+`
+	if err := os.WriteFile(filepath.Join(dir, "k.yaml"), []byte(katalog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := "apiVersion: demo.morph.dev/v1\nkind: Widget\nmetadata: {name: w}\nspec: {range: a}\n"
+	_, errOut, code := runMorph(t, in, "convert", "-p", filepath.Join(dir, "k.yaml"), "-f", "-", "--to", "demo.morph.dev/v2")
+	if code != exitError || !strings.Contains(errOut, "budget of 100000 steps") {
+		t.Fatalf("exit %d: %s", code, errOut)
 	}
 }

@@ -240,7 +240,7 @@ func (r Reader) Decode(file string, data []byte) ([]Document, error) {
 	yr := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for idx := 1; ; idx++ {
 		raw, err := yr.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -305,7 +305,7 @@ func (r Reader) decodeDocument(raw []byte) (any, error) {
 func checkAliases(raw []byte, limit int64) error {
 	var root yamlv3.Node
 	if err := yamlv3.Unmarshal(raw, &root); err != nil {
-		return nil // the decoder reports the syntax error
+		return nil //nolint:nilerr // the decoder reports the syntax error
 	}
 	memo := map[*yamlv3.Node]int64{}
 	var size func(n *yamlv3.Node, depth int) int64

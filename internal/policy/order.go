@@ -3,6 +3,7 @@ package policy
 import (
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -15,9 +16,7 @@ const OrderAnnotation = "morph.dev/order"
 // dialect reads it here, so that " 5" or 5 mean the same everywhere (an error: the API
 // server keeps annotations as strings, and " 5" is not a number).
 func (d Document) Order() (int, error) {
-	md, _ := d.Object["metadata"].(map[string]any)
-	ann, _ := md["annotations"].(map[string]any)
-	v, ok := ann[OrderAnnotation]
+	v, ok, _ := unstructured.NestedFieldNoCopy(d.Object, "metadata", "annotations", OrderAnnotation)
 	if !ok {
 		return 0, nil
 	}

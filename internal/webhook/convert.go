@@ -9,6 +9,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -103,9 +104,8 @@ func (rt *runtime) convertOne(ctx context.Context, i int, raw []byte, desired st
 // objectName names an object of a conversion request for messages:
 // `objects[2] (CronJob demo/nightly)`.
 func objectName(i int, obj map[string]any, kind string) string {
-	md, _ := obj["metadata"].(map[string]any)
-	ns, _ := md["namespace"].(string)
-	name, _ := md["name"].(string)
+	ns, _, _ := unstructured.NestedString(obj, "metadata", "namespace")
+	name, _, _ := unstructured.NestedString(obj, "metadata", "name")
 	if ns != "" {
 		name = ns + "/" + name
 	}

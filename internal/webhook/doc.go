@@ -41,13 +41,28 @@
 // Both policy errors are logged with the request's uid and counted, by policy, in
 // morph_policy_errors_total.
 //
-// Every request stops its work at 90% of the API server's ?timeout= (10 s when absent),
-// so that the answer arrives before the API server gives up. When that deadline passes,
+// Every request stops its work at 90% of the API server's ?timeout= (--request-timeout,
+// 10 s, when absent), counted from when the request arrives, so that the answer arrives
+// before the API server gives up; reading the body counts. When that deadline passes,
 // the request is answered as its candidates' failure policies say: refused with code 504
 // when any candidate policy is FailClose, otherwise admitted unchanged with a warning
 // (which is what the API server itself does when a failurePolicy Ignore webhook times
-// out). A policy's own deadline (engine.Descriptor.Timeout) bounds each of its calls; exceeding it is
-// that policy's error, handled by its failure policy.
+// out). A stage that does not look at the deadline (decoding, the diff, encoding a
+// huge patch) is not waited for: shortly after the deadline (half the remaining tenth,
+// at least 50 ms, never past the timeout) the answer is HTTP 504 naming the timeout,
+// and the API server applies the webhook's failure policy. A policy's own deadline
+// (engine.Descriptor.Timeout) bounds each of its calls; exceeding it is that policy's error,
+// handled by its failure policy. The context's cause names the request's timeout, so a
+// policy stopped by it says which timeout ended it.
+//
+// # The policy folder and certificates
+//
+// The folder is polled: its fingerprint is the names, modes, sizes, modification and
+// change times and inodes of its files, never their contents. Files that are not
+// regular (a FIFO named *.yaml) are skipped with a note, never opened. Every file is
+// read within --max-input. With --cert-dir, a serving certificate morph generated is
+// renewed under the same CA (ca.key is kept, 0600) when less than a third of its
+// lifetime or 30 days remain, at start-up and hourly; the server reloads it.
 //
 // # Dry run
 //

@@ -18,9 +18,10 @@ import (
 // doubled through a variable or a list grown in a loop would run past any deadline
 // and exhaust memory. Every evaluation is charged:
 //
-//   - Steps: one per range iteration, template call and function call, plus the size
-//     of the lists and maps (one per element) and strings (one per 64 bytes) a
-//     function is given, so that a step is a bounded amount of work.
+//   - Steps: one per range iteration, template call and function call (field
+//     references excepted), plus the size of the lists and maps (one per element) and
+//     strings (one per 64 bytes) a function is given, so that a step is a bounded
+//     amount of work.
 //   - Bytes: the template's output plus the size of every value a function returns
 //     (strings by length, lists and maps by their elements, counted each time they
 //     are referenced). Functions whose result can outgrow their arguments (printf,
@@ -187,6 +188,13 @@ var noCharge = map[string]bool{
 func (s *execState) bounded(lib template.FuncMap) template.FuncMap {
 	out := make(template.FuncMap, len(lib)+8)
 	for name, fn := range lib {
+		if name == fnField {
+			// Every field reference calls it: it allocates nothing and does work
+			// bounded by the reference's length, and the ranges that repeat it are
+			// charged, so it runs unwrapped.
+			out[name] = fn
+			continue
+		}
 		out[name] = s.wrap(name, fn)
 	}
 	// text/template's printing and escaping built-ins, bounded the same way.

@@ -46,7 +46,9 @@
 // field is known (Options.Objects); without a schema it stays a string ("2"). YAML
 // values that are not strings (default: 2) are constants of their own type. The
 // function library (Funcs) is hermetic: no environment, files, network, clock or
-// randomness.
+// randomness. Every evaluation runs under a Budget (Options.Budget: steps and bytes,
+// with defaults) and the request's context: a range over a huge number, a string
+// doubled in a loop or a recursive template fails with a BudgetError naming the budget.
 //
 // # Conversion
 //

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -211,10 +212,9 @@ func (c *Converter) apply(ctx context.Context, p *ConversionPath, src map[string
 
 // objectName names an object for messages: CronJob default/nightly.
 func objectName(obj map[string]any) string {
-	kind, _ := obj["kind"].(string)
-	meta, _ := obj["metadata"].(map[string]any)
-	ns, _ := meta["namespace"].(string)
-	name, _ := meta["name"].(string)
+	kind, _, _ := unstructured.NestedString(obj, "kind")
+	ns, _, _ := unstructured.NestedString(obj, "metadata", "namespace")
+	name, _, _ := unstructured.NestedString(obj, "metadata", "name")
 	if kind == "" {
 		kind = "object"
 	}
