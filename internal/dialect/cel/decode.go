@@ -79,6 +79,7 @@ type exceptionSpec struct {
 	} `json:"policyRefs"`
 	MatchConditions []admissionv1.MatchCondition `json:"matchConditions,omitempty"`
 	Images          []string                     `json:"images,omitempty"`
+	AllowedValues   []string                     `json:"allowedValues,omitempty"`
 }
 
 // decodeInto decodes the document (as JSON) into v. When strict, unknown fields are an

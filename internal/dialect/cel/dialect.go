@@ -9,7 +9,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -31,6 +30,9 @@ type Options struct {
 	Resources ResourceReader
 	// GlobalContext answers globalContext.Get; nil answers from Objects.
 	GlobalContext GlobalContextReader
+	// ImageData answers image.getMetadata; nil answers from the Kyverno CLI Context
+	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects.
+	ImageData ImageDataReader
 	// HTTPAllowHosts lists the hosts (host or host:port) http.Get/Post may call; empty
 	// turns the http library off.
 	HTTPAllowHosts []string
@@ -44,10 +46,11 @@ const OrderAnnotation = "morph.dev/order"
 // dialect is the CEL dialect: Kubernetes MutatingAdmissionPolicies with their bindings and
 // Kyverno MutatingPolicies, compiled by k8s.io/apiserver's own compiler.
 type dialect struct {
-	opts       Options
-	types      TypeConverterSource
-	baseEnv    *environment.EnvSet
-	kyvernoEnv *environment.EnvSet
+	opts    Options
+	types   TypeConverterSource
+	baseEnv *environment.EnvSet
+	// hosts answer the Kyverno libraries.
+	hosts kyvernoHosts
 }
 
 // New returns the CEL dialect.
@@ -61,22 +64,25 @@ func newDialect(opts Options) *dialect {
 		d.types = newOfflineTypes(opts.Objects)
 	}
 	d.baseEnv = environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
-	libs := &libraryEnv{resources: opts.Resources, global: opts.GlobalContext, http: newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout)}
-	if libs.resources == nil {
-		libs.resources = storeReader{store: opts.Objects}
+	store := storeReader{store: opts.Objects}
+	var resources ResourceReader = store
+	if opts.Resources != nil {
+		resources = opts.Resources
 	}
-	if libs.global == nil {
-		libs.global = storeReader{store: opts.Objects}
+	var global GlobalContextReader = store
+	if opts.GlobalContext != nil {
+		global = opts.GlobalContext
 	}
-	env, err := d.baseEnv.Extend(environment.VersionedOptions{
-		IntroducedVersion: version.MajorMinor(1, 0),
-		EnvOptions:        libs.options(),
-	})
-	if err != nil {
-		// The declarations are fixed: a failure here is a programming error.
-		panic(fmt.Sprintf("cel: Kyverno libraries do not fit the API server's environment: %v", err))
+	var images ImageDataReader = store
+	if opts.ImageData != nil {
+		images = opts.ImageData
 	}
-	d.kyvernoEnv = env
+	d.hosts = kyvernoHosts{
+		resources: resourceHost{r: resources, store: opts.Objects},
+		global:    globalHost{r: global},
+		images:    imageHost{r: images},
+		http:      newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout),
+	}
 	return d
 }
 
@@ -207,9 +213,15 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			continue
 		}
 		for _, ex := range exceptions {
-			if ex.names(m.id) {
-				m.exceptions = append(m.exceptions, ex)
+			if !ex.names(m.id) {
+				continue
 			}
+			bound, es := d.bindException(ex, m.namespace)
+			if len(es) > 0 {
+				errs = append(errs, es...)
+				continue
+			}
+			m.exceptions = append(m.exceptions, bound)
 		}
 		b.Mutators = append(b.Mutators, m)
 	}
@@ -302,6 +314,11 @@ func decodeBinding(doc policy.Document) (*admissionv1.MutatingAdmissionPolicyBin
 	if b.Spec.PolicyName == "" {
 		errs = append(errs, doc.Errorf("spec.policyName", "required: name the MutatingAdmissionPolicy to bind"))
 	}
+	if p := b.Spec.ParamRef; p != nil && p.ParameterNotFoundAction == nil && strings.HasSuffix(doc.APIVersion(), "/v1alpha1") {
+		// v1alpha1 defaults it (SetDefaults_ParamRef); v1beta1 and v1 require it.
+		deny := admissionv1.DenyAction
+		p.ParameterNotFoundAction = &deny
+	}
 	errs = append(errs, validateParamRef(doc, "spec.paramRef", b.Spec.ParamRef)...)
 	if b.Spec.MatchResources != nil {
 		defaultMatchResources(b.Spec.MatchResources)
@@ -348,7 +365,8 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		errs = append(errs, doc.Errorf("spec.matchConstraints.resourceRules", "required: at least one rule says which resources the policy mutates"))
 	} else {
 		defaultMatchResources(spec.MatchConstraints)
-		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", spec.MatchConstraints, true)...)
+		// DELETE is accepted: Kyverno uses it as the trigger of mutateExisting.
+		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", spec.MatchConstraints, false)...)
 	}
 	m := &Mutator{
 		id:        engine.ID{Order: order, Dialect: "cel", Kind: doc.Kind(), Name: doc.Name()},
@@ -396,7 +414,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		}
 		m.controllers = cs
 	}
-	prog, cerrs := compileProgram(doc, d.kyvernoEnv, programSpec{
+	prog, cerrs := compileKyvernoProgram(doc, d.hosts, m.namespace, programSpec{
 		variables:       spec.Variables,
 		matchConditions: spec.MatchConditions,
 		mutations:       spec.Mutations,
@@ -407,7 +425,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	m.prog = prog
+	m.kprog = prog
 	m.constraints = spec.MatchConstraints
 	r := resolver{store: d.opts.Objects}
 	m.targets = r.targetsOf(spec.MatchConstraints.ResourceRules, *spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)

@@ -28,6 +28,8 @@ type Mutator struct {
 	id       engine.ID
 	d        *dialect
 	prog     *program
+	// kprog is a Kyverno policy's program (prog is nil then).
+	kprog    *kyvernoProgram
 	targets  []engine.Target
 	reinvoke engine.Reinvocation
 	failure  admissionv1.FailurePolicyType
@@ -51,7 +53,7 @@ type Mutator struct {
 	timeout             time.Duration
 	controllers         []controller
 	autogen             *admissionv1.MatchResources
-	exceptions          []*exception
+	exceptions          []boundException
 }
 
 // ID implements engine.Mutator.
@@ -286,12 +288,10 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 	if old != nil {
 		va.VersionedOldObject = admission.NewLazyObject(&unstructured.Unstructured{Object: old})
 	}
-	authz := offlineAuthorizer{}
-
-	if ex := m.exemptedBy(ctx, va, req); ex != nil {
-		recordExemption(ctx, Exemption{Policy: m.id, Exception: ex.name, Namespace: ex.namespace, Object: objectName(req, obj)})
-		return nil, nil
+	if m.kprog != nil {
+		return m.evaluateKyverno(ctx, req, va, obj, old, inv)
 	}
+	authz := offlineAuthorizer{}
 
 	params, err := m.collectParams(attr.GetNamespace())
 	if err != nil {

@@ -1,0 +1,94 @@
+package cel
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/morph-dev/morph/internal/engine"
+)
+
+// evaluateKyverno evaluates a Kyverno policy as Kyverno 1.19 does (mpol Policy.evaluate):
+// the exceptions first (an exempting one ends the evaluation, the others fill
+// `exceptions`), then the match conditions, then each mutation in order on the object
+// the previous one produced; the first error fails the policy (its failurePolicy then
+// decides, in the engine). It returns the mutated object, or nil when nothing applied.
+func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *admission.VersionedAttributes, obj, old map[string]any, inv *invocation) (map[string]any, error) {
+	r := resolver{store: m.d.opts.Objects}
+	attr := va.Attributes
+	areq := plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(inv.gvr), metav1.GroupVersionKind(va.VersionedKind))
+	ns := r.namespaceObject(req, attr)
+	data, err := newKyvernoData(areq, obj, old, ns)
+	if err != nil {
+		return nil, err
+	}
+	ex, values, err := applyExceptions(ctx, m.exceptions, data)
+	if err != nil {
+		return nil, err
+	}
+	if ex != nil {
+		recordExemption(ctx, Exemption{Policy: m.id, Exception: ex.name, Namespace: ex.namespace, Object: objectName(req, obj)})
+		return nil, nil
+	}
+	data[varExceptions] = values
+	p := m.kprog
+	p.bindVariables(ctx, data)
+	ok, err := matchAll(ctx, p.matchConditions, data)
+	if err != nil {
+		return nil, fmt.Errorf("match conditions: %w", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	if len(p.nondeterministic) > 0 {
+		recordNondeterministic(ctx, m.id, p.nondeterministic)
+	}
+	oi := objectInterfaces{eq: equivalents{r: r, kind: req.Kind}}
+	for i, mut := range p.mutations {
+		preq := patch.Request{
+			MatchedResource:     inv.gvr,
+			VersionedAttributes: va,
+			ObjectInterfaces:    oi,
+			Namespace:           ns,
+		}
+		if mut.applyConfig {
+			tc, err := m.d.types.TypeConverter(va.VersionedKind)
+			if err != nil {
+				return nil, fmt.Errorf("mutations[%d]: %w", i, err)
+			}
+			preq.TypeConverter = tc
+		}
+		next, err := mut.patcherFor(data).Patch(ctx, preq, celconfig.RuntimeCELCostBudget)
+		if err != nil {
+			return nil, fmt.Errorf("mutations[%d]: %w", i, err)
+		}
+		va.UpdateObject(next)
+		if u, ok := next.(*unstructured.Unstructured); ok {
+			data[varObject] = u.Object
+		}
+	}
+	if !va.Dirty {
+		return nil, nil
+	}
+	u, ok := va.VersionedObject.Object().(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("the patcher returned a %T, not an unstructured object", va.VersionedObject.Object())
+	}
+	out := u.Object
+	if va.VersionedKind != req.Kind && inv.ctrl == nil {
+		out = withKind(out, req.Kind)
+	}
+	return out, nil
+}
+
+// toUnstructured converts a typed object to its JSON map.
+func toUnstructured(obj any) (map[string]any, error) {
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+}
