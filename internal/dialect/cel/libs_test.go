@@ -162,7 +162,7 @@ spec:
 		{expr: `resource.List("v1", "configmaps", "default").items.size()`, want: "2"},
 		{expr: `resource.List("v1", "configmaps", "other").items.size()`, want: "0"},
 		{expr: `resource.Get("v1", "configmaps", "default", "b").metadata.name`, want: "b"},
-		{expr: `resource.Get("v1", "configmaps", "default", "zz") == null`, want: "true"},
+		{expr: `type(resource.Get("v1", "configmaps", "default", "zz")) == null_type`, want: "true"},
 		{expr: `resource.Get("example.com/v1", "widgets", "default", "w").metadata.name`, wantErr: "pass its CustomResourceDefinition with --context"},
 	}
 	for _, tt := range tests {
