@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -57,6 +58,14 @@ func explainRecorder(ctx context.Context) (context.Context, func(*engine.Set, *e
 		notes := explainNotes(set, res)
 		for _, e := range trace.Exemptions() {
 			notes = append(notes, fmt.Sprintf("exempted from %s by PolicyException %s/%s", e.Policy, e.Namespace, e.Exception))
+		}
+		for _, n := range trace.Nondeterministic() {
+			notes = append(notes, fmt.Sprintf("%s calls %s: its result may differ from run to run", n.Policy, strings.Join(n.Functions, ", ")))
+		}
+		for _, r := range trace.Rewritten() {
+			for _, e := range r.Expressions {
+				notes = append(notes, fmt.Sprintf("%s autogen for %s evaluates: %s", r.Policy, r.Kind, e))
+			}
 		}
 		return notes
 	}

@@ -407,8 +407,15 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 			m.timeout = time.Duration(s) * time.Second
 		}
 	}
-	if ag := spec.Autogen; ag != nil && ag.PodControllers != nil {
-		cs, err := parseControllers(ag.PodControllers.Controllers)
+	// Autogen, as Kyverno 1.19 does it: on for every Pod policy it can rewrite, for all
+	// six controllers unless autogen.podControllers.controllers names some (an empty
+	// list turns it off).
+	if canAutogen(spec.MatchConstraints) {
+		names := allControllers
+		if ag := spec.Autogen; ag != nil && ag.PodControllers != nil && ag.PodControllers.Controllers != nil {
+			names = ag.PodControllers.Controllers
+		}
+		cs, err := parseControllers(names)
 		if err != nil {
 			errs = append(errs, doc.Errorf("spec.autogen.podControllers.controllers", "%v", err))
 		}
@@ -426,6 +433,28 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		return nil, errs
 	}
 	m.kprog = prog
+	base := programSpec{variables: spec.Variables, matchConditions: spec.MatchConditions, mutations: spec.Mutations, failurePolicy: spec.FailurePolicy, name: doc.Name()}
+	for _, c := range m.controllers {
+		if m.kautogen == nil {
+			m.kautogen = map[string]*kyvernoProgram{}
+		}
+		if _, done := m.kautogen[c.rewrite]; done {
+			continue
+		}
+		aspec, rewritten := autogenSpec(base, c.rewrite)
+		ap, aerrs := compileKyvernoProgram(doc, d.hosts, m.namespace, aspec)
+		if len(aerrs) > 0 {
+			for _, e := range aerrs {
+				errs = append(errs, fmt.Errorf("autogen for %s (the policy's expressions rewritten as Kyverno does): %w", c.rewrite, e))
+			}
+			continue
+		}
+		ap.rewritten = rewritten
+		m.kautogen[c.rewrite] = ap
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
 	m.constraints = spec.MatchConstraints
 	r := resolver{store: d.opts.Objects}
 	m.targets = r.targetsOf(spec.MatchConstraints.ResourceRules, *spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)

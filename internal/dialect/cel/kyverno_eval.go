@@ -39,6 +39,16 @@ func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *
 	}
 	data[varExceptions] = values
 	p := m.kprog
+	if inv.ctrl != nil {
+		// Autogen: the rewritten expressions, on the controller object itself.
+		p = m.kautogen[inv.ctrl.rewrite]
+		if p == nil {
+			return nil, nil
+		}
+		if len(p.rewritten) > 0 {
+			recordRewritten(ctx, Rewritten{Policy: m.id, Kind: inv.ctrl.gvk.Kind, Expressions: p.rewritten})
+		}
+	}
 	p.bindVariables(ctx, data)
 	ok, err := matchAll(ctx, p.matchConditions, data)
 	if err != nil {
@@ -82,7 +92,7 @@ func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *
 		return nil, fmt.Errorf("the patcher returned a %T, not an unstructured object", va.VersionedObject.Object())
 	}
 	out := u.Object
-	if va.VersionedKind != req.Kind && inv.ctrl == nil {
+	if va.VersionedKind != req.Kind {
 		out = withKind(out, req.Kind)
 	}
 	return out, nil

@@ -34,6 +34,9 @@ type kyvernoProgram struct {
 	// nondeterministic names the non-deterministic functions the policy calls
 	// (random, time.now), for --explain.
 	nondeterministic []string
+	// rewritten lists the expressions autogen rewrote (for --explain), for a program
+	// compiled for pod controllers.
+	rewritten []string
 }
 
 type kyvernoVariable struct {

@@ -28,8 +28,10 @@ type Mutator struct {
 	id       engine.ID
 	d        *dialect
 	prog     *program
-	// kprog is a Kyverno policy's program (prog is nil then).
+	// kprog is a Kyverno policy's program (prog is nil then); kautogen its programs
+	// rewritten for the pod controllers, by replacement set.
 	kprog    *kyvernoProgram
+	kautogen map[string]*kyvernoProgram
 	targets  []engine.Target
 	reinvoke engine.Reinvocation
 	failure  admissionv1.FailurePolicyType
@@ -260,9 +262,6 @@ func (m *Mutator) evaluateRecovered(ctx context.Context, req *engine.Request, in
 			out, err = nil, fmt.Errorf("panic: %v", r)
 		}
 	}()
-	if inv.ctrl != nil {
-		return m.mutateTemplate(ctx, req, in, old, inv)
-	}
 	return m.evaluate(ctx, req, in, old, inv)
 }
 
@@ -271,9 +270,6 @@ func (m *Mutator) evaluateRecovered(ctx context.Context, req *engine.Request, in
 func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old map[string]any, inv *invocation) (map[string]any, error) {
 	r := resolver{store: m.d.opts.Objects}
 	gvk := inv.gvk
-	if inv.ctrl != nil {
-		gvk = podGVK
-	}
 	obj = withKind(obj, gvk)
 	if old != nil {
 		old = withKind(old, gvk)
@@ -358,7 +354,7 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 		return nil, fmt.Errorf("the patcher returned a %T, not an unstructured object", va.VersionedObject.Object())
 	}
 	out := u.Object
-	if gvk != req.Kind && inv.ctrl == nil {
+	if gvk != req.Kind {
 		out = withKind(out, req.Kind)
 	}
 	return out, nil
