@@ -1,6 +1,7 @@
 package cel
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"os"
@@ -23,6 +24,9 @@ type goldenRequest struct {
 	Operation string `json:"operation"`
 	Username  string `json:"username"`
 	Existing  bool   `json:"existing"`
+	// Namespace is the request's namespace for objects that name none (morph apply
+	// --namespace).
+	Namespace string `json:"namespace"`
 }
 
 // runGolden loads dir/policy.yaml (and dir/context.yaml), mutates dir/input.yaml and
@@ -81,7 +85,7 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		req := &engine.Request{
 			Kind:      gv.WithKind(doc.Kind()),
 			Operation: op,
-			Namespace: doc.Namespace(),
+			Namespace: cmp.Or(doc.Namespace(), gr.Namespace),
 			Name:      doc.Name(),
 			Object:    doc.Object,
 			UserInfo:  engine.UserInfo{Username: gr.Username},
@@ -89,7 +93,7 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		if op == engine.Update {
 			req.OldObject = doc.Object
 		}
-		if ns, ok := store.Namespace(doc.Namespace()); ok {
+		if ns, ok := store.Namespace(req.Namespace); ok {
 			req.NamespaceObject = ns
 		}
 		trace := &Trace{}
@@ -114,6 +118,14 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		}
 		for _, e := range trace.Exemptions() {
 			out.WriteString("# exempted: " + e.Policy.String() + " by " + e.Namespace + "/" + e.Exception + ": " + e.Object + "\n")
+		}
+		for _, n := range trace.Nondeterministic() {
+			out.WriteString("# nondeterministic: " + n.Policy.String() + ": " + strings.Join(n.Functions, ", ") + "\n")
+		}
+		for _, r := range trace.Rewritten() {
+			for _, e := range r.Expressions {
+				out.WriteString("# autogen " + r.Kind + ": " + e + "\n")
+			}
 		}
 		y, err := yaml.Marshal(res.Object)
 		if err != nil {
@@ -151,6 +163,24 @@ func checkGolden(t *testing.T, path, got string) {
 	}
 	if string(want) != got {
 		t.Errorf("%s differs:\n--- want\n%s\n--- got\n%s", path, want, got)
+	}
+}
+
+// TestKyvernoCorpus runs the Kyverno MutatingPolicy corpus: policies in the styles
+// people write for Kyverno 1.19, each with its input and the output Kyverno gives.
+func TestKyvernoCorpus(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/kyverno/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no corpus under testdata/kyverno")
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			got := runGolden(t, dir, Options{})
+			checkGolden(t, filepath.Join(dir, "output.yaml"), got)
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package cel
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,6 +14,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
 )
 
 // evaluateKyverno evaluates a Kyverno policy as Kyverno 1.19 does (mpol Policy.evaluate):
@@ -101,4 +103,31 @@ func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *
 // toUnstructured converts a typed object to its JSON map.
 func toUnstructured(obj any) (map[string]any, error) {
 	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+}
+
+// withRequestNamespace returns obj with metadata.namespace set to the request's
+// namespace when a namespaced object names none, as the API server does before
+// admission (endpoints/handlers: EnsureObjectNamespaceMatchesRequestNamespace). It is
+// set for the evaluation only: Mutate applies to the object what the policy changed, so
+// the namespace reaches the result only when a policy changes it.
+func (d *dialect) withRequestNamespace(obj map[string]any, req *engine.Request) map[string]any {
+	if obj == nil || req.Namespace == "" || metaNamespace(obj) != "" {
+		return obj
+	}
+	store := d.opts.Objects
+	if store == nil {
+		store = objects.NewStore()
+	}
+	if !store.Namespaced(req.Kind.Group, req.Kind.Kind) {
+		return obj
+	}
+	out := maps.Clone(obj)
+	md, _ := obj["metadata"].(map[string]any)
+	md = maps.Clone(md)
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["namespace"] = req.Namespace
+	out["metadata"] = md
+	return out
 }

@@ -201,8 +201,8 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 		ctx, cancel = context.WithTimeout(ctx, m.timeout)
 		defer cancel()
 	}
-	in := canonical(obj, req.Kind)
-	old := canonical(req.OldObject, req.Kind)
+	in := m.d.withRequestNamespace(canonical(obj, req.Kind), req)
+	old := m.d.withRequestNamespace(canonical(req.OldObject, req.Kind), req)
 	out, err := m.evaluateWithin(ctx, req, in, old, inv)
 	for _, text := range inv.warnings {
 		w.Warn(text)
