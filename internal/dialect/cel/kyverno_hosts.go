@@ -102,8 +102,10 @@ type namespacedHTTP struct{}
 
 var errNamespacedHTTP = errors.New("http calls are not allowed in namespaced policies")
 
-func (namespacedHTTP) Get(string, map[string]string) (any, error)      { return nil, errNamespacedHTTP }
-func (namespacedHTTP) Post(string, any, map[string]string) (any, error) { return nil, errNamespacedHTTP }
+func (namespacedHTTP) Get(string, map[string]string) (any, error) { return nil, errNamespacedHTTP }
+func (namespacedHTTP) Post(string, any, map[string]string) (any, error) {
+	return nil, errNamespacedHTTP
+}
 func (n namespacedHTTP) Client(string) (sdkhttp.ContextInterface, error) {
 	return n, nil
 }

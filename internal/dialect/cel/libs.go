@@ -80,7 +80,6 @@ func (s storeReader) List(_ context.Context, apiVersion, resource, namespace str
 	return s.store.List(gv.Group, kind, namespace), nil
 }
 
-
 // GlobalContext resolves a Kyverno GlobalContextEntry (kyverno.io, any version) offline
 // from the context objects, as Kyverno's global context store does in a cluster:
 // spec.kubernetesResource lists the objects of that resource (in its namespace, else

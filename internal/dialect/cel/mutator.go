@@ -25,9 +25,9 @@ import (
 // Mutator is one compiled policy: a MutatingAdmissionPolicy with one of its bindings, or
 // a Kyverno MutatingPolicy. It implements engine.Mutator.
 type Mutator struct {
-	id       engine.ID
-	d        *dialect
-	prog     *program
+	id   engine.ID
+	d    *dialect
+	prog *program
 	// kprog is a Kyverno policy's program (prog is nil then); kautogen its programs
 	// rewritten for the pod controllers, by replacement set.
 	kprog    *kyvernoProgram
