@@ -336,14 +336,13 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 	if err := checkVersion(doc, kyvernoVersions); err != nil {
 		return nil, []error{err}
 	}
-	var obj struct {
-		Spec kyvernoPolicySpec `json:"spec"`
-	}
-	if err := decodeInto(doc, &obj, false); err != nil {
+	var obj kyvernoPolicyDocument
+	if err := decodeInto(doc, &obj, true); err != nil {
 		return nil, []error{err}
 	}
 	spec := &obj.Spec
 	var errs []error
+	errs = append(errs, unimplementedKyvernoFields(doc, spec)...)
 	if err := validateName(doc); err != nil {
 		errs = append(errs, err)
 	}
@@ -387,12 +386,13 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		}
 		if ev.MutateExisting != nil {
 			m.existing = ev.MutateExisting.Enabled
-			if spec.TargetMatchConstraints == nil {
-				spec.TargetMatchConstraints = ev.MutateExisting.TargetMatchConstraints
+			if spec.TargetMatchConstraints == nil && ev.MutateExisting.TargetMatchConstraints != nil {
+				spec.TargetMatchConstraints = &kyvernoTargetMatchConstraints{MatchResources: *ev.MutateExisting.TargetMatchConstraints}
 			}
 		}
 	}
-	if t := spec.TargetMatchConstraints; t != nil {
+	if spec.TargetMatchConstraints != nil {
+		t := &spec.TargetMatchConstraints.MatchResources
 		if len(t.ResourceRules) == 0 {
 			errs = append(errs, doc.Errorf("spec.targetMatchConstraints.resourceRules", "required: at least one rule says which existing resources the policy mutates"))
 		}
@@ -422,11 +422,12 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		m.controllers = cs
 	}
 	prog, cerrs := compileKyvernoProgram(doc, d.hosts, m.namespace, programSpec{
-		variables:       spec.Variables,
-		matchConditions: spec.MatchConditions,
-		mutations:       spec.Mutations,
-		failurePolicy:   spec.FailurePolicy,
-		name:            doc.Name(),
+		variables:        spec.Variables,
+		matchConditions:  spec.MatchConditions,
+		mutations:        spec.Mutations,
+		failurePolicy:    spec.FailurePolicy,
+		name:             doc.Name(),
+		auditAnnotations: spec.AuditAnnotations,
 	})
 	errs = append(errs, cerrs...)
 	if len(errs) > 0 {

@@ -3,6 +3,7 @@ package cel
 import (
 	"context"
 	"fmt"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 
@@ -22,6 +23,8 @@ type exception struct {
 	images          []string
 	allowedValues   []string
 	conditions      []admissionv1.MatchCondition
+	// expiresAt ends the exception (zero: never).
+	expiresAt time.Time
 }
 
 type policyRef struct{ name, kind string }
@@ -50,10 +53,8 @@ func (d *dialect) compileException(doc policy.Document) (*exception, []error) {
 	if err := checkVersion(doc, kyvernoVersions); err != nil {
 		return nil, []error{err}
 	}
-	var obj struct {
-		Spec exceptionSpec `json:"spec"`
-	}
-	if err := decodeInto(doc, &obj, false); err != nil {
+	var obj exceptionDocument
+	if err := decodeInto(doc, &obj, true); err != nil {
 		return nil, []error{err}
 	}
 	var errs []error
@@ -62,6 +63,9 @@ func (d *dialect) compileException(doc policy.Document) (*exception, []error) {
 	}
 	ex := &exception{doc: doc, name: doc.Name(), namespace: doc.Namespace(), images: obj.Spec.Images,
 		allowedValues: obj.Spec.AllowedValues, conditions: obj.Spec.MatchConditions}
+	if obj.Spec.ExpiresAt != nil {
+		ex.expiresAt = obj.Spec.ExpiresAt.Time
+	}
 	if len(obj.Spec.PolicyRefs) == 0 {
 		errs = append(errs, doc.Errorf("spec.policyRefs", "required: name the policies the exception applies to"))
 	}
@@ -101,7 +105,12 @@ func (d *dialect) bindException(ex *exception, namespace string) (boundException
 func applyExceptions(ctx context.Context, exs []boundException, data map[string]any) (*exception, ExceptionValues, error) {
 	values := ExceptionValues{AllowedImages: []string{}, AllowedValues: []string{}}
 	var exempt *exception
+	now := time.Now()
 	for _, ex := range exs {
+		if !ex.expiresAt.IsZero() && now.After(ex.expiresAt) {
+			// Expired: no longer applied, as Kyverno's IsExpired.
+			continue
+		}
 		ok, err := matchAll(ctx, ex.conditions, data)
 		if err != nil {
 			if exempt != nil {

@@ -179,6 +179,16 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 			errs = append(errs, doc.Errorf(field+".patchType", "%q is not supported: use ApplyConfiguration or JSONPatch", m.PatchType))
 		}
 	}
+	for i, a := range spec.auditAnnotations {
+		// morph has no audit events: the expressions are checked, not evaluated.
+		field := fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i)
+		ast, iss := env.Compile(a.ValueExpression)
+		if iss.Err() != nil {
+			errs = append(errs, issuesError(doc, field, iss))
+		} else if t := ast.OutputType(); !t.IsExactType(celgo.StringType) && !t.IsExactType(celgo.NullType) {
+			errs = append(errs, doc.Errorf(field, "output is expected to be of type string or null, not %s", t))
+		}
+	}
 	for _, name := range nondeterministicFunctions {
 		if seenCalls[name] {
 			p.nondeterministic = append(p.nondeterministic, name)
