@@ -13,6 +13,7 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
@@ -33,7 +34,10 @@ type applyOptions struct {
 	explain   bool
 	mode      string
 	namespace string
-	existing  []string
+	// subresource submits the inputs as requests for a subresource ("binding", or
+	// "pods/binding" to name the parent resource).
+	subresource string
+	existing    []string
 }
 
 func newApplyCommand(newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -71,6 +75,7 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 	f.BoolVar(&o.explain, "explain", false, "print to stderr which mutator changed which paths, in which pass")
 	f.StringVar(&o.mode, "mode", "admission", "admission (mutate, then validate) or reconcile (validate first unless the policy says mutateFirst)")
 	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace for namespaced objects that name none")
+	f.StringVar(&o.subresource, "subresource", "", "submit the inputs as requests for this subresource: NAME (binding, eviction, status), RESOURCE/NAME or GROUP/VERSION/RESOURCE/NAME (apps/v1/deployments/scale)")
 	f.StringSliceVar(&o.existing, "existing", nil, "existing objects to mutate as the background controller does (policies with mutateExisting, matched by targetMatchConstraints)")
 	return cmd
 }
@@ -346,6 +351,9 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 	if req.Source == engine.SourceAll {
 		req.Source = engine.SourceOriginal
 	}
+	if o.subresource != "" {
+		req.Resource, req.SubResource = subresourceRequest(gvk, o.subresource)
+	}
 	if gvk.Group == "" && gvk.Kind == "Namespace" {
 		req.NamespaceObject = obj
 	} else if ns != "" {
@@ -374,6 +382,30 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 		req.OldObject = obj
 	}
 	return req, nil
+}
+
+// subresourceRequest names the resource and subresource of a subresource request for an
+// object of kind gvk. The flag is NAME, RESOURCE/NAME (the parent in the kind's group and
+// version), VERSION/RESOURCE/NAME (core group) or GROUP/VERSION/RESOURCE/NAME
+// (apps/v1/deployments/scale). With NAME alone, a Binding or an Eviction is posted to
+// pods (core v1), and any other kind to its own resource (a Pod's status).
+func subresourceRequest(gvk schema.GroupVersionKind, flag string) (schema.GroupVersionResource, string) {
+	parts := strings.Split(flag, "/")
+	sub := parts[len(parts)-1]
+	switch len(parts) {
+	case 2:
+		return gvk.GroupVersion().WithResource(parts[0]), sub
+	case 3:
+		return schema.GroupVersionResource{Version: parts[0], Resource: parts[1]}, sub
+	case 4:
+		return schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}, sub
+	}
+	switch {
+	case gvk.Group == "" && gvk.Kind == "Binding", gvk.Group == "policy" && gvk.Kind == "Eviction":
+		return schema.GroupVersionResource{Version: "v1", Resource: "pods"}, sub
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural, sub
 }
 
 func readUserInfo(path string) (engine.UserInfo, error) {

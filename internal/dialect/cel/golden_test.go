@@ -27,6 +27,10 @@ type goldenRequest struct {
 	// Namespace is the request's namespace for objects that name none (morph apply
 	// --namespace).
 	Namespace string `json:"namespace"`
+	// Resource and SubResource make the request a subresource request
+	// ("pods", "binding").
+	Resource    string `json:"resource"`
+	SubResource string `json:"subresource"`
 }
 
 // runGolden loads dir/policy.yaml (and dir/context.yaml), mutates dir/input.yaml and
@@ -89,6 +93,10 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 			Name:      doc.Name(),
 			Object:    doc.Object,
 			UserInfo:  engine.UserInfo{Username: gr.Username},
+		}
+		if gr.SubResource != "" {
+			req.SubResource = gr.SubResource
+			req.Resource = schema.GroupVersionResource{Group: gv.Group, Version: gv.Version, Resource: gr.Resource}
 		}
 		if op == engine.Update {
 			req.OldObject = doc.Object

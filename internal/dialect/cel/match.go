@@ -283,9 +283,12 @@ func (r resolver) targetsOf(rules []admissionv1.NamedRuleWithOperations, equival
 					v = "*"
 				}
 				for _, res := range rule.Resources {
-					res, _, _ = strings.Cut(res, "/")
+					res, sub, _ := strings.Cut(res, "/")
 					kind := "*"
-					if res != "*" && g != "*" {
+					// A subresource's kind is its own (pods/binding takes a
+					// Binding): the API server's matcher decides on resource and
+					// subresource, so a subresource rule targets every kind.
+					if res != "*" && g != "*" && sub == "" {
 						if k, ok := r.kindFor(g, res); ok {
 							kind = k
 						}
