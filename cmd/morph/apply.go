@@ -192,6 +192,9 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
+	// Namespaced context objects that name no namespace are in --namespace, as the API
+	// server would have put them.
+	rt.store.DefaultNamespace(o.namespace)
 	inputs, err := policy.Read(o.files, stdin)
 	if err != nil {
 		return err
