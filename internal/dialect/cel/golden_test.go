@@ -28,7 +28,7 @@ type goldenRequest struct {
 	// --namespace).
 	Namespace string `json:"namespace"`
 	// Resource and SubResource make the request a subresource request
-	// ("pods", "binding").
+	// ("pods", "binding"; "apps/v1/deployments", "scale").
 	Resource    string `json:"resource"`
 	SubResource string `json:"subresource"`
 }
@@ -97,6 +97,9 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		if gr.SubResource != "" {
 			req.SubResource = gr.SubResource
 			req.Resource = schema.GroupVersionResource{Group: gv.Group, Version: gv.Version, Resource: gr.Resource}
+			if p := strings.Split(gr.Resource, "/"); len(p) == 3 {
+				req.Resource = schema.GroupVersionResource{Group: p[0], Version: p[1], Resource: p[2]}
+			}
 		}
 		if op == engine.Update {
 			req.OldObject = doc.Object
