@@ -1,6 +1,13 @@
 package cel
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	cryptox509 "crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -8,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	celgo "github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -104,7 +112,7 @@ func nativeValue(t *testing.T, v ref.Val) any {
 // equal to the value Kyverno documents where the table gives one.
 func TestKyvernoLibrariesMatchTheSDK(t *testing.T) {
 	object := map[string]any{
-		"metadata": map[string]any{"name": "web", "annotations": map[string]any{"cfg": `{"replicas": 3, "tier": "gold"}`, "y": "a: 1\nb: [x, y]\n"}},
+		"metadata": map[string]any{"name": "web", "annotations": map[string]any{"cfg": `{"replicas": 3, "tier": "gold"}`, "y": "a: 1\nb: [x, y]\n", "cert": testCertificate(t)}},
 		"spec":     map[string]any{"containers": []any{map[string]any{"name": "a", "image": "nginx:1.25"}, map[string]any{"name": "b", "image": "ghcr.io/acme/proxy:v2@sha256:" + strings.Repeat("a", 64)}}},
 	}
 	tests := []struct {
@@ -140,6 +148,8 @@ func TestKyvernoLibrariesMatchTheSDK(t *testing.T) {
 		{sdktime.Lib(sdktime.Latest()), `time.truncate(timestamp("2026-11-23T08:17:33Z"), duration("1h"))`, nil},
 		{sdktime.Lib(sdktime.Latest()), `time.toCron(timestamp("2026-11-23T08:17:33Z"))`, nil},
 		{x509.Lib(x509.Latest()), `x509.decode("not a certificate")`, nil},
+		{x509.Lib(x509.Latest()), `x509.decode(object.metadata.annotations.cert).Subject.CommonName`, "morph-test"},
+		{x509.Lib(x509.Latest()), `x509.decode(object.metadata.annotations.cert).IsCA`, true},
 	}
 	hosts := kyvernoTestHosts(t, objects.NewStore(), nil)
 	for _, tt := range tests {
@@ -332,4 +342,26 @@ func TestHTTPGuard(t *testing.T) {
 			t.Errorf("%s: %v, want blocked", u, err)
 		}
 	}
+}
+
+// testCertificate is a self-signed CA certificate in PEM.
+func testCertificate(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &cryptox509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "morph-test"},
+		NotBefore:             time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		NotAfter:              time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := cryptox509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
