@@ -13,6 +13,7 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
@@ -34,8 +35,11 @@ type applyOptions struct {
 	explain   bool
 	mode      string
 	namespace string
-	existing  []string
-	reader    policy.Reader // bounded by --max-input
+	// subresource submits the inputs as requests for a subresource ("binding", or
+	// "pods/binding" to name the parent resource).
+	subresource string
+	existing    []string
+	reader      policy.Reader // bounded by --max-input
 }
 
 func newApplyCommand(newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
@@ -78,6 +82,7 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 	f.BoolVar(&o.explain, "explain", false, "print to stderr which mutator changed which paths, in which pass")
 	f.StringVar(&o.mode, "mode", "admission", "admission (mutate, then validate) or reconcile (validate first unless the policy says mutateFirst)")
 	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace for namespaced objects that name none")
+	f.StringVar(&o.subresource, "subresource", "", "submit the inputs as requests for this subresource: NAME (binding, eviction, status), RESOURCE/NAME or GROUP/VERSION/RESOURCE/NAME (apps/v1/deployments/scale)")
 	f.StringSliceVar(&o.existing, "existing", nil, "existing objects to mutate as the background controller does (policies with mutateExisting, matched by targetMatchConstraints)")
 	return cmd
 }
@@ -186,6 +191,9 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
+	// Namespaced context objects that name no namespace are in --namespace, as the API
+	// server would have put them.
+	rt.store.DefaultNamespace(o.namespace)
 	inputs, err := o.reader.Read(o.files, stdin)
 	if err != nil {
 		return err
@@ -305,6 +313,9 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 	if req.Source == engine.SourceAll {
 		req.Source = engine.SourceOriginal
 	}
+	if o.subresource != "" {
+		req.Resource, req.SubResource = subresourceRequest(gvk, o.subresource)
+	}
 	for _, old := range olds {
 		if old.APIVersion() == d.APIVersion() && old.Kind() == d.Kind() && old.Name() == d.Name() &&
 			(old.Namespace() == d.Namespace() || old.Namespace() == ns) {
@@ -320,6 +331,30 @@ func (o *applyOptions) request(store *objects.Store, d policy.Document, op engin
 	}
 	req.NamespaceObject = request.NamespaceObject(store, gvk, ns, req.Object, req.OldObject, request.AssumeCreated)
 	return req, nil
+}
+
+// subresourceRequest names the resource and subresource of a subresource request for an
+// object of kind gvk. The flag is NAME, RESOURCE/NAME (the parent in the kind's group and
+// version), VERSION/RESOURCE/NAME (core group) or GROUP/VERSION/RESOURCE/NAME
+// (apps/v1/deployments/scale). With NAME alone, a Binding or an Eviction is posted to
+// pods (core v1), and any other kind to its own resource (a Pod's status).
+func subresourceRequest(gvk schema.GroupVersionKind, flag string) (schema.GroupVersionResource, string) {
+	parts := strings.Split(flag, "/")
+	sub := parts[len(parts)-1]
+	switch len(parts) {
+	case 2:
+		return gvk.GroupVersion().WithResource(parts[0]), sub
+	case 3:
+		return schema.GroupVersionResource{Version: parts[0], Resource: parts[1]}, sub
+	case 4:
+		return schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}, sub
+	}
+	switch {
+	case gvk.Group == "" && gvk.Kind == "Binding", gvk.Group == "policy" && gvk.Kind == "Eviction":
+		return schema.GroupVersionResource{Version: "v1", Resource: "pods"}, sub
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural, sub
 }
 
 func readUserInfo(path string) (engine.UserInfo, error) {
@@ -438,6 +473,10 @@ func explainNote(n engine.Note) string {
 		return fmt.Sprintf("exempted from %s: %s", n.ID, n.Message)
 	case engine.NoteSkipped:
 		return fmt.Sprintf("%s: part skipped (%s): %s", n.ID, n.Reason, n.Message)
+	case engine.NoteRewrite:
+		return fmt.Sprintf("%s autogen for %s evaluates: %s", n.ID, n.Reason, n.Message)
+	case engine.NoteNondeterministic:
+		return fmt.Sprintf("%s calls %s: its result may differ from run to run", n.ID, n.Message)
 	}
 	return n.String()
 }

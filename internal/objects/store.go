@@ -145,3 +145,37 @@ func (s *Store) Kinds() []schema.GroupKind {
 	slices.SortFunc(out, func(a, b schema.GroupKind) int { return strings.Compare(a.String(), b.String()) })
 	return out
 }
+
+// DefaultNamespace puts the namespaced objects that name no namespace into ns, as the API
+// server would have (endpoints/handlers: EnsureObjectNamespaceMatchesRequestNamespace):
+// each gets metadata.namespace (on a copy) and is found under ns. Call it once the store
+// is built, before it is read; an object already stored under ns with the same name
+// stays.
+func (s *Store) DefaultNamespace(ns string) {
+	if ns == "" {
+		return
+	}
+	for i, k := range s.order {
+		if k.Namespace != "" || !s.Namespaced(k.Group, k.Kind) {
+			continue
+		}
+		moved := Key{Group: k.Group, Kind: k.Kind, Namespace: ns, Name: k.Name}
+		if _, taken := s.objects[moved]; taken {
+			continue
+		}
+		obj := make(map[string]any, len(s.objects[k]))
+		for f, v := range s.objects[k] {
+			obj[f] = v
+		}
+		md, _ := obj["metadata"].(map[string]any)
+		nmd := make(map[string]any, len(md)+1)
+		for f, v := range md {
+			nmd[f] = v
+		}
+		nmd["namespace"] = ns
+		obj["metadata"] = nmd
+		delete(s.objects, k)
+		s.objects[moved] = obj
+		s.order[i] = moved
+	}
+}

@@ -41,3 +41,37 @@ func TestStore(t *testing.T) {
 		t.Error("an object without apiVersion and name must be rejected")
 	}
 }
+
+func TestDefaultNamespace(t *testing.T) {
+	s := NewStore()
+	for _, o := range []map[string]any{
+		{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a"}},
+		{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "b", "namespace": "other"}},
+		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team"}},
+		{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "r"}},
+	} {
+		if err := s.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.DefaultNamespace("team")
+	a, ok := s.Get("", "ConfigMap", "team", "a")
+	if !ok || a["metadata"].(map[string]any)["namespace"] != "team" {
+		t.Fatalf("ConfigMap a = %v, %v; want it in team", a, ok)
+	}
+	if _, ok := s.Get("", "ConfigMap", "", "a"); ok {
+		t.Error("ConfigMap a is still found without a namespace")
+	}
+	if _, ok := s.Get("", "ConfigMap", "other", "b"); !ok {
+		t.Error("ConfigMap b left its namespace")
+	}
+	if _, ok := s.Namespace("team"); !ok {
+		t.Error("the Namespace moved")
+	}
+	if _, ok := s.Get("rbac.authorization.k8s.io", "ClusterRole", "", "r"); !ok {
+		t.Error("the ClusterRole moved")
+	}
+	if got := len(s.List("", "ConfigMap", "team")); got != 1 {
+		t.Errorf("List in team = %d objects, want 1", got)
+	}
+}

@@ -1,9 +1,8 @@
 package cel
 
 import (
-	"context"
 	"fmt"
-	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -13,25 +12,33 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 )
 
-// controller is a pod controller a Pod policy also applies to (Kyverno's autogen): its
-// pod template is mutated as if it were a Pod.
+// controller is a pod controller a Pod policy also applies to (Kyverno's autogen).
 type controller struct {
 	resource string
 	gvk      schema.GroupVersionKind
-	// path leads from the controller to its pod template.
-	path []string
+	// rewrite names Kyverno's replacement set: "defaults" (the template at
+	// spec.template) or "cronjobs" (at spec.jobTemplate.spec.template).
+	rewrite string
 }
+
+const (
+	rewriteDefaults = "defaults"
+	rewriteCronJobs = "cronjobs"
+)
 
 var podGVK = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
 
 var podControllers = map[string]controller{
-	"deployments":  {"deployments", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, []string{"spec", "template"}},
-	"daemonsets":   {"daemonsets", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}, []string{"spec", "template"}},
-	"statefulsets": {"statefulsets", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, []string{"spec", "template"}},
-	"replicasets":  {"replicasets", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, []string{"spec", "template"}},
-	"jobs":         {"jobs", schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, []string{"spec", "template"}},
-	"cronjobs":     {"cronjobs", schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, []string{"spec", "jobTemplate", "spec", "template"}},
+	"deployments":  {"deployments", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, rewriteDefaults},
+	"daemonsets":   {"daemonsets", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}, rewriteDefaults},
+	"statefulsets": {"statefulsets", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, rewriteDefaults},
+	"replicasets":  {"replicasets", schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, rewriteDefaults},
+	"jobs":         {"jobs", schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, rewriteDefaults},
+	"cronjobs":     {"cronjobs", schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, rewriteCronJobs},
 }
+
+// allControllers is what autogen applies to when the policy names none.
+var allControllers = []string{"cronjobs", "daemonsets", "deployments", "jobs", "replicasets", "statefulsets"}
 
 // parseControllers reads autogen.podControllers.controllers; names are lower-case
 // plurals (kinds are accepted too).
@@ -50,6 +57,7 @@ func parseControllers(names []string) ([]controller, error) {
 			out = append(out, c)
 		}
 	}
+	slices.SortFunc(out, func(a, b controller) int { return strings.Compare(a.resource, b.resource) })
 	return out, nil
 }
 
@@ -62,40 +70,50 @@ func controllerOf(cs []controller, gvk schema.GroupVersionKind) *controller {
 	return nil
 }
 
-// rulesNamePods reports whether a rule covers Pods themselves (not a subresource).
-func rulesNamePods(r admissionv1.NamedRuleWithOperations) bool {
-	return (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
-		(slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "*"))
+// canAutogen reports whether Kyverno generates the controller rules of a policy
+// (pkg/cel/autogen CanAutoGen): exactly one rule, for pods of the core group v1 with no
+// resource names, no exclusions and no object selector.
+func canAutogen(m *admissionv1.MatchResources) bool {
+	if m == nil || len(m.ExcludeResourceRules) != 0 || len(m.ResourceRules) != 1 {
+		return false
+	}
+	if s := m.ObjectSelector; s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0) {
+		return false
+	}
+	r := m.ResourceRules[0]
+	return len(r.ResourceNames) == 0 &&
+		slices.Equal(r.APIGroups, []string{""}) &&
+		slices.Equal(r.APIVersions, []string{"v1"}) &&
+		slices.Equal(r.Resources, []string{"pods"})
 }
 
-// autogenConstraints derives the match constraints of the controllers from a Pod policy's:
-// every rule naming pods becomes one rule per controller with the same operations and
-// scope (resource names name Pods, so they are dropped); the selectors stay.
+// autogenConstraints are the match constraints of the controller rules, as Kyverno
+// builds them (CreateMatchConstraints): one rule per group/version with the pod rule's
+// operations, and the pod rule's namespaceSelector.
 func autogenConstraints(c *admissionv1.MatchResources, cs []controller) *admissionv1.MatchResources {
-	out := c.DeepCopy()
-	derive := func(rules []admissionv1.NamedRuleWithOperations) []admissionv1.NamedRuleWithOperations {
-		var res []admissionv1.NamedRuleWithOperations
-		for _, r := range rules {
-			if !rulesNamePods(r) {
-				continue
-			}
-			for _, ctrl := range cs {
-				nr := admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: r.Operations,
-					Rule: admissionv1.Rule{
-						APIGroups:   []string{ctrl.gvk.Group},
-						APIVersions: []string{ctrl.gvk.Version},
-						Resources:   []string{ctrl.resource},
-						Scope:       r.Scope,
-					},
-				}}
-				res = append(res, nr)
-			}
-		}
-		return res
+	out := &admissionv1.MatchResources{}
+	if c.NamespaceSelector != nil {
+		out.NamespaceSelector = c.NamespaceSelector.DeepCopy()
 	}
-	out.ResourceRules = derive(c.ResourceRules)
-	out.ExcludeResourceRules = derive(c.ExcludeResourceRules)
+	byGV := map[schema.GroupVersion][]string{}
+	var gvs []schema.GroupVersion
+	for _, ctrl := range cs {
+		gv := ctrl.gvk.GroupVersion()
+		if _, ok := byGV[gv]; !ok {
+			gvs = append(gvs, gv)
+		}
+		byGV[gv] = append(byGV[gv], ctrl.resource)
+	}
+	slices.SortFunc(gvs, func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
+	for _, gv := range gvs {
+		res := byGV[gv]
+		slices.Sort(res)
+		out.ResourceRules = append(out.ResourceRules, admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
+			Operations: c.ResourceRules[0].Operations,
+			Rule:       admissionv1.Rule{APIGroups: []string{gv.Group}, APIVersions: []string{gv.Version}, Resources: res},
+		}})
+	}
+	defaultMatchResources(out)
 	return out
 }
 
@@ -104,77 +122,81 @@ func autogenTargets(c *admissionv1.MatchResources) []engine.Target {
 	return resolver{}.targetsOf(c.ResourceRules, false)
 }
 
-// templateOf returns the pod template of a controller object, or nil.
-func templateOf(obj map[string]any) map[string]any {
-	if obj["kind"] == "CronJob" {
-		return templateAt(obj, []string{"spec", "jobTemplate", "spec", "template"})
-	}
-	return templateAt(obj, []string{"spec", "template"})
-}
+var (
+	specRef        = regexp.MustCompile(`\b(object|oldObject|Object)\.spec`)
+	labelsRef      = regexp.MustCompile(`\b(object|oldObject|Object)\.metadata\.labels`)
+	annotationsRef = regexp.MustCompile(`\b(object|oldObject|Object)\.metadata\.annotations`)
+)
 
-// templateAt returns the map at path in obj, or nil.
-func templateAt(obj map[string]any, path []string) map[string]any {
-	var cur any = obj
-	for _, k := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
+// rewriteForController rewrites a Pod policy's expression for a controller, as Kyverno
+// 1.19's mpol autogen does (only matchConditions and ApplyConfiguration expressions are
+// rewritten; variables and JSON patches are not): object.spec, oldObject.spec and
+// Object.spec lead to the template's spec, their metadata.labels and
+// metadata.annotations to the template's, and a leading Object{...} is wrapped in the
+// controller's structure down to the template. Everything else, object.metadata.name
+// and .namespace among it, stays the controller's.
+func rewriteForController(expr, set string) string {
+	spec, meta := "spec.template.spec", "spec.template.metadata"
+	wrapOpen, wrapClose := "Object{spec: Object.spec{template: Object.spec.template{", "}}}"
+	if set == rewriteCronJobs {
+		spec, meta = "spec.jobTemplate.spec.template.spec", "spec.jobTemplate.spec.template.metadata"
+		wrapOpen = "Object{spec: Object.spec{jobTemplate: Object.spec.jobTemplate{spec: Object.spec.jobTemplate.spec{template: Object.spec.jobTemplate.spec.template{"
+		wrapClose = "}}}}}"
+	}
+	expr = specRef.ReplaceAllString(expr, "${1}."+spec)
+	expr = labelsRef.ReplaceAllString(expr, "${1}."+meta+".labels")
+	expr = annotationsRef.ReplaceAllString(expr, "${1}."+meta+".annotations")
+	rest, ok := strings.CutPrefix(strings.TrimSpace(expr), "Object")
+	if !ok {
+		return expr
+	}
+	body, ok := strings.CutPrefix(strings.TrimLeft(rest, " \t\r\n"), "{")
+	if !ok {
+		return expr
+	}
+	// The first brace that closes the literal, counting braces only (as Kyverno does,
+	// so a brace inside a string literal counts too).
+	depth := 1
+	for i, c := range body {
+		switch c {
+		case '{':
+			depth++
+		case '}':
+			depth--
 		}
-		cur = m[k]
-	}
-	t, _ := cur.(map[string]any)
-	return t
-}
-
-// podOf builds the Pod a template describes.
-func podOf(tmpl map[string]any) map[string]any {
-	pod := map[string]any{"apiVersion": "v1", "kind": "Pod"}
-	if md, ok := tmpl["metadata"]; ok {
-		pod["metadata"] = md
-	} else {
-		pod["metadata"] = map[string]any{}
-	}
-	if spec, ok := tmpl["spec"]; ok {
-		pod["spec"] = spec
-	}
-	return pod
-}
-
-// mutateTemplate applies the policy to the pod template of a controller (obj, and old
-// for an update): the policy sees the template as a Pod (object and oldObject are the
-// templates), its ApplyConfiguration merges with the Pod schema and its JSON patch paths
-// are relative to the Pod, which is the same as wrapping the Object{} in the controller's
-// structure and prefixing the paths with the template's path.
-func (m *Mutator) mutateTemplate(ctx context.Context, req *engine.Request, obj, old map[string]any, inv *invocation) (map[string]any, error) {
-	tmpl := templateAt(obj, inv.ctrl.path)
-	if tmpl == nil {
-		return nil, nil
-	}
-	var oldPod map[string]any
-	if old != nil {
-		if ot := templateAt(old, inv.ctrl.path); ot != nil {
-			oldPod = podOf(ot)
+		if depth == 0 {
+			if i == 0 {
+				return expr
+			}
+			return wrapOpen + body[:i] + wrapClose + body[i+1:]
 		}
 	}
-	newPod, err := m.evaluate(ctx, req, podOf(tmpl), oldPod, inv)
-	if err != nil || newPod == nil {
-		return nil, err
+	return expr
+}
+
+// autogenSpec is the policy's program spec rewritten for one replacement set.
+func autogenSpec(spec programSpec, set string) (programSpec, []string) {
+	out := spec
+	var rewritten []string
+	out.matchConditions = slices.Clone(spec.matchConditions)
+	for i := range out.matchConditions {
+		e := rewriteForController(out.matchConditions[i].Expression, set)
+		if e != out.matchConditions[i].Expression {
+			rewritten = append(rewritten, fmt.Sprintf("matchConditions[%d]: %s", i, e))
+		}
+		out.matchConditions[i].Expression = e
 	}
-	nt := maps.Clone(tmpl)
-	md, _ := newPod["metadata"].(map[string]any)
-	if _, had := tmpl["metadata"]; had || len(md) > 0 {
-		nt["metadata"] = md
+	out.mutations = make([]admissionv1.Mutation, len(spec.mutations))
+	for i, m := range spec.mutations {
+		m = *m.DeepCopy()
+		if m.ApplyConfiguration != nil && m.ApplyConfiguration.Expression != "" {
+			e := rewriteForController(m.ApplyConfiguration.Expression, set)
+			if e != m.ApplyConfiguration.Expression {
+				rewritten = append(rewritten, fmt.Sprintf("mutations[%d]: %s", i, e))
+			}
+			m.ApplyConfiguration.Expression = e
+		}
+		out.mutations[i] = m
 	}
-	if spec, ok := newPod["spec"]; ok {
-		nt["spec"] = spec
-	} else {
-		delete(nt, "spec")
-	}
-	out := engine.DeepCopyMap(obj)
-	parent := out
-	for _, k := range inv.ctrl.path[:len(inv.ctrl.path)-1] {
-		parent = parent[k].(map[string]any)
-	}
-	parent[inv.ctrl.path[len(inv.ctrl.path)-1]] = nt
-	return out, nil
+	return out, rewritten
 }

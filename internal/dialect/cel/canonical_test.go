@@ -440,14 +440,14 @@ spec:
       controllers: [deployments]
 `, `  - patchType: ApplyConfiguration
     applyConfiguration:
-      expression: 'Object{metadata: Object.metadata{annotations: {"cpu": string(object.spec.containers[0].resources.limits.cpu)}}}'
+      expression: 'Object{spec: Object.spec{priorityClassName: string(object.spec.containers[0].resources.limits.cpu)}}'
 `),
 			obj: `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},"spec":{"selector":{"matchLabels":{"a":"b"}},
 				"template":{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1.5"}}}]}}}}`,
 			kind: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
 			want: `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},"spec":{"selector":{"matchLabels":{"a":"b"}},
-				"template":{"metadata":{"labels":{"a":"b"},"annotations":{"cpu":"1500m"}},"spec":{"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1.5"}}}]}}}}`,
-			paths: []string{"/spec/template/metadata/annotations"},
+				"template":{"metadata":{"labels":{"a":"b"}},"spec":{"priorityClassName":"1500m","containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1.5"}}}]}}}}`,
+			paths: []string{"/spec/template/spec/priorityClassName"},
 		},
 		{
 			name: "an object that does not fit its type is seen as given",

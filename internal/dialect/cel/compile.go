@@ -25,6 +25,8 @@ type programSpec struct {
 	mutations       []admissionv1.Mutation
 	failurePolicy   *admissionv1.FailurePolicyType
 	name            string
+	// auditAnnotations (Kyverno) are compiled to report their errors only.
+	auditAnnotations []admissionv1.AuditAnnotation
 }
 
 // program is a policy compiled exactly as the API server compiles a

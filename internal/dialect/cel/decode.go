@@ -31,8 +31,19 @@ var admissionVersions = map[string]bool{"v1": true, "v1beta1": true, "v1alpha1":
 
 var kyvernoVersions = map[string]bool{"v1": true, "v1beta1": true, "v1alpha1": true}
 
-// kyvernoPolicySpec is the spec of a Kyverno MutatingPolicy or NamespacedMutatingPolicy: the
-// MutatingAdmissionPolicy fields plus Kyverno's own.
+// kyvernoPolicyDocument is a whole Kyverno MutatingPolicy or NamespacedMutatingPolicy,
+// decoded strictly: a field Kyverno does not define is an error naming it.
+type kyvernoPolicyDocument struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       kyvernoPolicySpec `json:"spec"`
+	Status     any               `json:"status,omitempty"`
+}
+
+// kyvernoPolicySpec is the spec of a Kyverno MutatingPolicy or NamespacedMutatingPolicy
+// (every field of Kyverno 1.19's MutatingPolicySpec): the MutatingAdmissionPolicy fields
+// plus Kyverno's own.
 type kyvernoPolicySpec struct {
 	MatchConstraints       *admissionv1.MatchResources        `json:"matchConstraints,omitempty"`
 	FailurePolicy          *admissionv1.FailurePolicyType     `json:"failurePolicy,omitempty"`
@@ -43,19 +54,36 @@ type kyvernoPolicySpec struct {
 	Evaluation             *kyvernoEvaluation                 `json:"evaluation,omitempty"`
 	WebhookConfiguration   *kyvernoWebhookConfiguration       `json:"webhookConfiguration,omitempty"`
 	Autogen                *kyvernoAutogen                    `json:"autogen,omitempty"`
-	TargetMatchConstraints *admissionv1.MatchResources        `json:"targetMatchConstraints,omitempty"`
+	TargetMatchConstraints *kyvernoTargetMatchConstraints     `json:"targetMatchConstraints,omitempty"`
+	TargetMatchConditions  []admissionv1.MatchCondition       `json:"targetMatchConditions,omitempty"`
+	// AuditAnnotations annotate Kyverno's audit events; morph has none and compiles
+	// them only to report errors.
+	AuditAnnotations []admissionv1.AuditAnnotation `json:"auditAnnotations,omitempty"`
+}
+
+// kyvernoTargetMatchConstraints are match constraints with Kyverno's expression.
+type kyvernoTargetMatchConstraints struct {
+	Expression string `json:"expression,omitempty"`
+	admissionv1.MatchResources
 }
 
 type kyvernoEvaluation struct {
 	Admission *struct {
 		Enabled *bool `json:"enabled,omitempty"`
 	} `json:"admission,omitempty"`
+	// Background controls Kyverno's background scans (reports); it does not change
+	// what a mutation does.
+	Background *struct {
+		Enabled *bool `json:"enabled,omitempty"`
+	} `json:"background,omitempty"`
 	MutateExisting *struct {
 		Enabled bool `json:"enabled,omitempty"`
 		// TargetMatchConstraints is accepted here too, for policies that nest it.
 		TargetMatchConstraints *admissionv1.MatchResources `json:"targetMatchConstraints,omitempty"`
 	} `json:"mutateExisting,omitempty"`
-	Mode string `json:"mode,omitempty"`
+	Mode                   string `json:"mode,omitempty"`
+	SkipBackgroundRequests *bool  `json:"skipBackgroundRequests,omitempty"`
+	UseServerSideApply     bool   `json:"useServerSideApply,omitempty"`
 }
 
 type kyvernoWebhookConfiguration struct {
@@ -79,6 +107,22 @@ type exceptionSpec struct {
 	} `json:"policyRefs"`
 	MatchConditions []admissionv1.MatchCondition `json:"matchConditions,omitempty"`
 	Images          []string                     `json:"images,omitempty"`
+	AllowedValues   []string                     `json:"allowedValues,omitempty"`
+	// ExpiresAt ends the exception: after it, it no longer applies.
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// ReportResult, Properties and EvaluationMode are for Kyverno's reports and
+	// controllers; they do not change a mutation.
+	ReportResult   string            `json:"reportResult,omitempty"`
+	Properties     map[string]string `json:"properties,omitempty"`
+	EvaluationMode string            `json:"evaluationMode,omitempty"`
+}
+
+// exceptionDocument is a whole PolicyException, decoded strictly.
+type exceptionDocument struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       exceptionSpec     `json:"spec"`
 }
 
 // decodeInto decodes the document (as JSON) into v. When strict, unknown fields are an
@@ -263,6 +307,28 @@ func validateParamRef(doc policy.Document, field string, p *admissionv1.ParamRef
 		errs = append(errs, doc.Errorf(field+".parameterNotFoundAction", "required: use Allow or Deny"))
 	} else if a := *p.ParameterNotFoundAction; a != admissionv1.AllowAction && a != admissionv1.DenyAction {
 		errs = append(errs, doc.Errorf(field+".parameterNotFoundAction", "%q is not supported: use Allow or Deny", a))
+	}
+	return errs
+}
+
+// unimplementedKyvernoFields names the Kyverno fields that change what a policy does and
+// that morph does not implement: a policy using them is refused rather than run
+// differently.
+func unimplementedKyvernoFields(doc policy.Document, spec *kyvernoPolicySpec) []error {
+	var errs []error
+	if len(spec.TargetMatchConditions) > 0 {
+		errs = append(errs, doc.Errorf("spec.targetMatchConditions", "morph does not implement targetMatchConditions yet: select the existing objects with targetMatchConstraints"))
+	}
+	if t := spec.TargetMatchConstraints; t != nil && t.Expression != "" {
+		errs = append(errs, doc.Errorf("spec.targetMatchConstraints.expression", "morph does not implement targetMatchConstraints.expression yet: select the existing objects with resourceRules and selectors"))
+	}
+	if ev := spec.Evaluation; ev != nil {
+		if ev.Mode != "" && ev.Mode != "Kubernetes" {
+			errs = append(errs, doc.Errorf("spec.evaluation.mode", "%q is not supported: morph evaluates Kubernetes objects (mode Kubernetes)", ev.Mode))
+		}
+		if ev.UseServerSideApply {
+			errs = append(errs, doc.Errorf("spec.evaluation.useServerSideApply", "morph does not implement useServerSideApply yet: remove it to merge apply configurations as the API server's MutatingAdmissionPolicy does"))
+		}
 	}
 	return errs
 }

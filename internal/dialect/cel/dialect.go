@@ -8,7 +8,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -30,6 +29,9 @@ type Options struct {
 	Resources ResourceReader
 	// GlobalContext answers globalContext.Get; nil answers from Objects.
 	GlobalContext GlobalContextReader
+	// ImageData answers image.getMetadata; nil answers from the Kyverno CLI Context
+	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects.
+	ImageData ImageDataReader
 	// HTTPAllowHosts lists the hosts (host or host:port) http.Get/Post may call; empty
 	// turns the http library off.
 	HTTPAllowHosts []string
@@ -43,10 +45,11 @@ const OrderAnnotation = policy.OrderAnnotation
 // dialect is the CEL dialect: Kubernetes MutatingAdmissionPolicies with their bindings and
 // Kyverno MutatingPolicies, compiled by k8s.io/apiserver's own compiler.
 type dialect struct {
-	opts       Options
-	types      TypeConverterSource
-	baseEnv    *environment.EnvSet
-	kyvernoEnv *environment.EnvSet
+	opts    Options
+	types   TypeConverterSource
+	baseEnv *environment.EnvSet
+	// hosts answer the Kyverno libraries.
+	hosts kyvernoHosts
 }
 
 // New returns the CEL dialect.
@@ -60,22 +63,25 @@ func newDialect(opts Options) *dialect {
 		d.types = newOfflineTypes(opts.Objects)
 	}
 	d.baseEnv = environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
-	libs := &libraryEnv{resources: opts.Resources, global: opts.GlobalContext, http: newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout)}
-	if libs.resources == nil {
-		libs.resources = storeReader{store: opts.Objects}
+	store := storeReader{store: opts.Objects}
+	var resources ResourceReader = store
+	if opts.Resources != nil {
+		resources = opts.Resources
 	}
-	if libs.global == nil {
-		libs.global = storeReader{store: opts.Objects}
+	var global GlobalContextReader = store
+	if opts.GlobalContext != nil {
+		global = opts.GlobalContext
 	}
-	env, err := d.baseEnv.Extend(environment.VersionedOptions{
-		IntroducedVersion: version.MajorMinor(1, 0),
-		EnvOptions:        libs.options(),
-	})
-	if err != nil {
-		// The declarations are fixed: a failure here is a programming error.
-		panic(fmt.Sprintf("cel: Kyverno libraries do not fit the API server's environment: %v", err))
+	var images ImageDataReader = store
+	if opts.ImageData != nil {
+		images = opts.ImageData
 	}
-	d.kyvernoEnv = env
+	d.hosts = kyvernoHosts{
+		resources: resourceHost{r: resources, store: opts.Objects},
+		global:    globalHost{r: global},
+		images:    imageHost{r: images},
+		http:      newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout),
+	}
 	return d
 }
 
@@ -193,9 +199,15 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			continue
 		}
 		for _, ex := range exceptions {
-			if ex.names(m.id) {
-				m.exceptions = append(m.exceptions, ex)
+			if !ex.names(m.id) {
+				continue
 			}
+			bound, es := d.bindException(ex, m.namespace)
+			if len(es) > 0 {
+				errs = append(errs, es...)
+				continue
+			}
+			m.exceptions = append(m.exceptions, bound)
 		}
 		b.Mutators = append(b.Mutators, m.compiled())
 	}
@@ -288,6 +300,11 @@ func decodeBinding(doc policy.Document) (*admissionv1.MutatingAdmissionPolicyBin
 	if b.Spec.PolicyName == "" {
 		errs = append(errs, doc.Errorf("spec.policyName", "required: name the MutatingAdmissionPolicy to bind"))
 	}
+	if p := b.Spec.ParamRef; p != nil && p.ParameterNotFoundAction == nil && strings.HasSuffix(doc.APIVersion(), "/v1alpha1") {
+		// v1alpha1 defaults it (SetDefaults_ParamRef); v1beta1 and v1 require it.
+		deny := admissionv1.DenyAction
+		p.ParameterNotFoundAction = &deny
+	}
 	errs = append(errs, validateParamRef(doc, "spec.paramRef", b.Spec.ParamRef)...)
 	if b.Spec.MatchResources != nil {
 		defaultMatchResources(b.Spec.MatchResources)
@@ -305,14 +322,13 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 	if err := checkVersion(doc, kyvernoVersions); err != nil {
 		return nil, []error{err}
 	}
-	var obj struct {
-		Spec kyvernoPolicySpec `json:"spec"`
-	}
-	if err := decodeInto(doc, &obj, false); err != nil {
+	var obj kyvernoPolicyDocument
+	if err := decodeInto(doc, &obj, true); err != nil {
 		return nil, []error{err}
 	}
 	spec := &obj.Spec
 	var errs []error
+	errs = append(errs, unimplementedKyvernoFields(doc, spec)...)
 	if err := validateName(doc); err != nil {
 		errs = append(errs, err)
 	}
@@ -334,7 +350,8 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		errs = append(errs, doc.Errorf("spec.matchConstraints.resourceRules", "required: at least one rule says which resources the policy mutates"))
 	} else {
 		defaultMatchResources(spec.MatchConstraints)
-		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", spec.MatchConstraints, true)...)
+		// DELETE is accepted: Kyverno uses it as the trigger of mutateExisting.
+		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", spec.MatchConstraints, false)...)
 	}
 	m := &Mutator{
 		id:        engine.ID{Order: order, Dialect: "cel", Kind: doc.Kind(), Name: doc.Name()},
@@ -355,12 +372,13 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		}
 		if ev.MutateExisting != nil {
 			m.existing = ev.MutateExisting.Enabled
-			if spec.TargetMatchConstraints == nil {
-				spec.TargetMatchConstraints = ev.MutateExisting.TargetMatchConstraints
+			if spec.TargetMatchConstraints == nil && ev.MutateExisting.TargetMatchConstraints != nil {
+				spec.TargetMatchConstraints = &kyvernoTargetMatchConstraints{MatchResources: *ev.MutateExisting.TargetMatchConstraints}
 			}
 		}
 	}
-	if t := spec.TargetMatchConstraints; t != nil {
+	if spec.TargetMatchConstraints != nil {
+		t := &spec.TargetMatchConstraints.MatchResources
 		if len(t.ResourceRules) == 0 {
 			errs = append(errs, doc.Errorf("spec.targetMatchConstraints.resourceRules", "required: at least one rule says which existing resources the policy mutates"))
 		}
@@ -375,25 +393,55 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 			m.timeout = time.Duration(s) * time.Second
 		}
 	}
-	if ag := spec.Autogen; ag != nil && ag.PodControllers != nil {
-		cs, err := parseControllers(ag.PodControllers.Controllers)
+	// Autogen, as Kyverno 1.19 does it: on for every Pod policy it can rewrite, for all
+	// six controllers unless autogen.podControllers.controllers names some (an empty
+	// list turns it off).
+	if canAutogen(spec.MatchConstraints) {
+		names := allControllers
+		if ag := spec.Autogen; ag != nil && ag.PodControllers != nil && ag.PodControllers.Controllers != nil {
+			names = ag.PodControllers.Controllers
+		}
+		cs, err := parseControllers(names)
 		if err != nil {
 			errs = append(errs, doc.Errorf("spec.autogen.podControllers.controllers", "%v", err))
 		}
 		m.controllers = cs
 	}
-	prog, cerrs := compileProgram(doc, d.kyvernoEnv, programSpec{
-		variables:       spec.Variables,
-		matchConditions: spec.MatchConditions,
-		mutations:       spec.Mutations,
-		failurePolicy:   spec.FailurePolicy,
-		name:            doc.Name(),
+	prog, cerrs := compileKyvernoProgram(doc, d.hosts, m.namespace, programSpec{
+		variables:        spec.Variables,
+		matchConditions:  spec.MatchConditions,
+		mutations:        spec.Mutations,
+		failurePolicy:    spec.FailurePolicy,
+		name:             doc.Name(),
+		auditAnnotations: spec.AuditAnnotations,
 	})
 	errs = append(errs, cerrs...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	m.prog = prog
+	m.kprog = prog
+	base := programSpec{variables: spec.Variables, matchConditions: spec.MatchConditions, mutations: spec.Mutations, failurePolicy: spec.FailurePolicy, name: doc.Name()}
+	for _, c := range m.controllers {
+		if m.kautogen == nil {
+			m.kautogen = map[string]*kyvernoProgram{}
+		}
+		if _, done := m.kautogen[c.rewrite]; done {
+			continue
+		}
+		aspec, rewritten := autogenSpec(base, c.rewrite)
+		ap, aerrs := compileKyvernoProgram(doc, d.hosts, m.namespace, aspec)
+		if len(aerrs) > 0 {
+			for _, e := range aerrs {
+				errs = append(errs, fmt.Errorf("autogen for %s (the policy's expressions rewritten as Kyverno does): %w", c.rewrite, e))
+			}
+			continue
+		}
+		ap.rewritten = rewritten
+		m.kautogen[c.rewrite] = ap
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
 	m.constraints = spec.MatchConstraints
 	r := resolver{store: d.opts.Objects}
 	m.targets = r.targetsOf(spec.MatchConstraints.ResourceRules, *spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)

@@ -3,12 +3,16 @@
 // Kyverno's MutatingPolicy and NamespacedMutatingPolicy with PolicyExceptions
 // (policies.kyverno.io v1alpha1, v1beta1, v1).
 //
-// Semantics come from k8s.io/apiserver itself: the CEL environment, the composited
-// compiler (variables, lazily evaluated), match conditions, the resource-rule matcher and
-// the JSONPatch and ApplyConfiguration patchers are the API server's own, called on
-// unstructured objects, so that a policy mutates here as it does in the API server.
-// Every expression is compiled at load, with the API server's cost limits; a policy that
-// does not compile is rejected with the field, line and column of the error.
+// A MutatingAdmissionPolicy's semantics come from k8s.io/apiserver itself: the CEL
+// environment, the composited compiler (variables, lazily evaluated), match conditions,
+// the resource-rule matcher and the JSONPatch and ApplyConfiguration patchers are the API
+// server's own, called on unstructured objects, so that a policy mutates here as it does
+// in the API server. A Kyverno policy is compiled and evaluated as Kyverno 1.19 does it
+// (kyverno_env.go, kyverno_program.go): Kyverno's environment, its request with object
+// and oldObject, its exceptions variable and the libraries of github.com/kyverno/sdk,
+// with the API server's patchers applying the mutations. Every expression is compiled at
+// load, with the API server's cost limits; a policy that does not compile is rejected
+// with the field, line and column of the error.
 //
 // # Binding
 //
@@ -20,28 +24,25 @@
 //
 // # Kyverno libraries
 //
-// Kyverno policies (only) see these functions besides the Kubernetes CEL libraries:
+// Kyverno policies (only) see cel-go's Bindings, Encoders, Math, Protos and Regex
+// extensions, the orValue macro, jsonpatch.escapeKey and the sdk's libraries: image,
+// imagedata, resource, globalcontext, http, user, json, yaml, hash, math, random, time,
+// transform, x509, gzip, each in PascalCase and camelCase:
 //
-//	image("nginx:1.25").registry()       // "docker.io"
-//	image("nginx:1.25").repository()     // "library/nginx"
-//	image("nginx:1.25").tag()            // "1.25" ("latest" when neither tag nor digest)
-//	image("ghcr.io/a/b@sha256:…").digest() // "sha256:…"; identifier() is digest or tag
-//	image("nginx").containsDigest()      // false
-//	isImage("not an image!")             // false
-//	parseServiceAccount("system:serviceaccount:team:builder").Namespace // "team" (.Name "builder")
+//	image("nginx:1.25").registry()       // "index.docker.io"
+//	parseServiceAccount("system:serviceaccount:team:builder").Namespace // "team"
 //	jsonpatch.escapeKey("app.kubernetes.io/name") // "app.kubernetes.io~1name"
-//	resource.Get("v1", "configmaps", "kube-system", "allowed-registry").data.registry
-//	resource.List("apps/v1", "deployments", "").items.size()
-//	globalContext.Get("team-cluster-values", "").team
-//	http.Get("http://127.0.0.1:8080/team").metadata.team
-//	http.Post("http://127.0.0.1:8080/log", {"kind": object.kind}, {"X-Token": "t"})
+//	resource.get("v1", "configmaps", "kube-system", "allowed-registry").data.registry
+//	globalContext.get("zones", "zoneNames")
+//	image.getMetadata("nginx:1.25").config.config.User
+//	http.get("http://127.0.0.1:8080/team").statusCode
 //
-// resource.Get/List read the context objects (--context) offline, through a
-// ResourceReader in a cluster. globalContext.Get reads a GlobalContextEntry (kyverno.io or
-// policies.kyverno.io) from the context objects: offline its value is the entry's
-// top-level "data" field, and a projection's value is under "projections.<name>".
-// http.Get/Post are off unless Options.HTTPAllowHosts lists the host; each call has
-// Options.HTTPTimeout, follows no redirect, reads at most 2 MiB and decodes JSON.
+// Their hosts are morph's: resource.* reads a ResourceReader (offline the context
+// objects; a missing object is null), globalContext.* a GlobalContextReader (offline a
+// GlobalContextEntry in its real shape resolved from the context objects),
+// image.getMetadata an ImageDataReader (offline the spec.images of a Kyverno CLI Context
+// file), http.* morph's allow-listed caller (Options.HTTPAllowHosts, with the sdk's
+// blocked ranges on top).
 //
 // # Kyverno fields
 //
@@ -49,12 +50,12 @@
 // evaluation.mutateExisting.enabled the policy mutates existing objects matched by
 // targetMatchConstraints (or matchConstraints), under ExistingContext.
 // webhookConfiguration.timeoutSeconds (1-30, default 10) is the evaluation deadline.
-// autogen.podControllers.controllers applies a Pod policy to the pod templates of
-// Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs and CronJobs: object and
-// oldObject are the templates seen as Pods, ApplyConfiguration merges with the Pod schema
-// there and JSONPatch paths are relative to the template. A PolicyException exempts the
-// objects passing its matchConditions (and holding one of its images, when it lists
-// some) from the policies its policyRefs name; WithTrace records which.
+// Autogen applies a Pod policy to the six pod controllers (or those
+// autogen.podControllers.controllers names) with its expressions rewritten as Kyverno
+// rewrites them, evaluated on the controller object (autogen.go). A PolicyException with
+// neither images nor allowedValues exempts the objects passing its matchConditions from
+// the policies its policyRefs name (WithTrace records which); one with them fills the
+// exceptions variable instead.
 //
 // # Built-in objects
 //

@@ -3,24 +3,28 @@ package cel
 import (
 	"context"
 	"fmt"
+	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/morph-dev/morph/internal/engine"
-	"github.com/morph-dev/morph/internal/match"
 	"github.com/morph-dev/morph/internal/policy"
 )
 
-// exception is a compiled Kyverno PolicyException: it exempts the objects that pass all
-// its matchConditions (and, when it lists images, hold an image matching one of them)
-// from the policies it names.
+// exception is a Kyverno PolicyException (policies.kyverno.io). As in Kyverno 1.19
+// (mpol compiler, Policy.evaluate): one that lists neither images nor allowedValues
+// exempts the objects that pass all its matchConditions from the policies it names; one
+// that lists them does not exempt, it adds them to the policy's `exceptions` variable
+// (exceptions.allowedImages, exceptions.allowedValues) for the policy's expressions.
 type exception struct {
+	doc             policy.Document
 	name, namespace string
 	refs            []policyRef
-	images          match.Globs
-	matcher         matchconditions.Matcher
+	images          []string
+	allowedValues   []string
+	conditions      []admissionv1.MatchCondition
+	// expiresAt ends the exception (zero: never).
+	expiresAt time.Time
 }
 
 type policyRef struct{ name, kind string }
@@ -35,21 +39,33 @@ func (e *exception) names(id engine.ID) bool {
 	return false
 }
 
+// exempts reports whether the exception exempts objects rather than allowing values.
+func (e *exception) exempts() bool { return len(e.images) == 0 && len(e.allowedValues) == 0 }
+
+// boundException is an exception with its match conditions compiled in the environment
+// of one policy it names.
+type boundException struct {
+	*exception
+	conditions []kyvernoCondition
+}
+
 func (d *dialect) compileException(doc policy.Document) (*exception, []error) {
 	if err := checkVersion(doc, kyvernoVersions); err != nil {
 		return nil, []error{err}
 	}
-	var obj struct {
-		Spec exceptionSpec `json:"spec"`
-	}
-	if err := decodeInto(doc, &obj, false); err != nil {
+	var obj exceptionDocument
+	if err := decodeInto(doc, &obj, true); err != nil {
 		return nil, []error{err}
 	}
 	var errs []error
 	if err := validateName(doc); err != nil {
 		errs = append(errs, err)
 	}
-	ex := &exception{name: doc.Name(), namespace: doc.Namespace()}
+	ex := &exception{doc: doc, name: doc.Name(), namespace: doc.Namespace(), images: obj.Spec.Images,
+		allowedValues: obj.Spec.AllowedValues, conditions: obj.Spec.MatchConditions}
+	if obj.Spec.ExpiresAt != nil {
+		ex.expiresAt = obj.Spec.ExpiresAt.Time
+	}
 	if len(obj.Spec.PolicyRefs) == 0 {
 		errs = append(errs, doc.Errorf("spec.policyRefs", "required: name the policies the exception applies to"))
 	}
@@ -59,65 +75,60 @@ func (d *dialect) compileException(doc policy.Document) (*exception, []error) {
 		}
 		ex.refs = append(ex.refs, policyRef{name: r.Name, kind: r.Kind})
 	}
-	globs, err := match.NewGlobs(obj.Spec.Images)
-	if err != nil {
-		errs = append(errs, doc.Errorf("spec.images", "%v", err))
+	for i, mc := range obj.Spec.MatchConditions {
+		if mc.Name == "" {
+			errs = append(errs, doc.Errorf(fmt.Sprintf("spec.matchConditions[%d].name", i), "required"))
+		}
 	}
-	ex.images = globs
-	m, cerrs := compileConditions(doc, d.kyvernoEnv, "spec.matchConditions", obj.Spec.MatchConditions, doc.Name())
-	errs = append(errs, cerrs...)
-	ex.matcher = m
+	// The conditions compile in the environment of each policy the exception names
+	// (bind); compiling them here in a cluster policy's environment reports their
+	// errors even when no loaded policy is named.
+	if _, cerrs := compileKyvernoConditions(doc, d.hosts, "", "spec.matchConditions", obj.Spec.MatchConditions); len(cerrs) > 0 {
+		errs = append(errs, cerrs...)
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return ex, nil
 }
 
-// exemptedBy returns the first exception (in name order) that exempts the object, or nil.
-// An exception whose conditions fail to evaluate does not exempt.
-func (m *Mutator) exemptedBy(ctx context.Context, va *admission.VersionedAttributes, req *engine.Request) *exception {
-	for _, ex := range m.exceptions {
-		if len(ex.images) > 0 {
-			u, _ := va.VersionedObject.Object().(*unstructured.Unstructured)
-			if u == nil || !anyImageMatches(u.Object, ex.images) {
-				continue
-			}
-		}
-		if ex.matcher != nil {
-			res := ex.matcher.Match(ctx, va, nil, offlineAuthorizer{})
-			if res.Error != nil || !res.Matches {
-				continue
-			}
-		}
-		return ex
-	}
-	return nil
+// bind compiles the exception's conditions for a policy of that namespace.
+func (d *dialect) bindException(ex *exception, namespace string) (boundException, []error) {
+	conds, errs := compileKyvernoConditions(ex.doc, d.hosts, namespace, "spec.matchConditions", ex.conditions)
+	return boundException{exception: ex, conditions: conds}, errs
 }
 
-// anyImageMatches reports whether a container image of a Pod, or of a pod template, matches.
-func anyImageMatches(obj map[string]any, globs match.Globs) bool {
-	for _, img := range imagesOf(obj) {
-		if globs.Any(img) {
-			return true
+// applyExceptions evaluates the policy's exceptions on data as Kyverno does: the first
+// matching exception that exempts (in name order) is returned; the images and values of
+// the matching ones that do not exempt fill `exceptions`. An error of a condition fails
+// the evaluation unless an exemption was found.
+func applyExceptions(ctx context.Context, exs []boundException, data map[string]any) (*exception, ExceptionValues, error) {
+	values := ExceptionValues{AllowedImages: []string{}, AllowedValues: []string{}}
+	var exempt *exception
+	now := time.Now()
+	for _, ex := range exs {
+		if !ex.expiresAt.IsZero() && now.After(ex.expiresAt) {
+			// Expired: no longer applied, as Kyverno's IsExpired.
+			continue
 		}
-	}
-	return false
-}
-
-// imagesOf lists the container images of a Pod or of the pod template of a controller.
-func imagesOf(obj map[string]any) []string {
-	spec, _ := obj["spec"].(map[string]any)
-	if t := templateOf(obj); t != nil {
-		spec, _ = t["spec"].(map[string]any)
-	}
-	var out []string
-	for _, field := range []string{"containers", "initContainers", "ephemeralContainers"} {
-		list, _ := spec[field].([]any)
-		for _, c := range list {
-			if img, ok := c.(map[string]any)["image"].(string); ok {
-				out = append(out, img)
+		ok, err := matchAll(ctx, ex.conditions, data)
+		if err != nil {
+			if exempt != nil {
+				continue
 			}
+			return nil, values, fmt.Errorf("PolicyException %s/%s: %w", ex.namespace, ex.name, err)
+		}
+		if !ok {
+			continue
+		}
+		if ex.exempts() {
+			if exempt == nil {
+				exempt = ex.exception
+			}
+		} else if exempt == nil {
+			values.AllowedImages = append(values.AllowedImages, ex.images...)
+			values.AllowedValues = append(values.AllowedValues, ex.allowedValues...)
 		}
 	}
-	return out
+	return exempt, values, nil
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,8 +15,10 @@ import (
 	"github.com/morph-dev/morph/internal/policy"
 )
 
-// kyvernoLibraries finds the uses of Kyverno-only CEL libraries in an expression.
-var kyvernoLibraries = regexp.MustCompile(`\b(resource\.(?:Get|List|Post)|http\.(?:Get|Post)|globalContext\.Get|image\.GetMetadata|image|isImage|parseServiceAccount|parseImageReference)\s*\(`)
+// kyvernoLibraries finds the uses of what only Kyverno's CEL environment has in an
+// expression: the sdk libraries, cel-go's extensions Kyverno adds, orValue, exceptions
+// and request.object.
+var kyvernoLibraries = regexp.MustCompile(`\b(resource\.(?:[Gg]et|[Ll]ist|[Pp]ost|[Tt]oGVR)|http\.(?:[Gg]et|[Pp]ost|[Cc]lient)|globalContext\.[Gg]et|image\.[Gg]etMetadata|image|isImage|parseServiceAccount|user\.parseServiceAccount|parseImageReference|json\.(?:unmarshal|marshal)|yaml\.parse|sha256|sha1|md5|hash\.(?:sha256|sha1|md5)|math\.round|random(?:\.random)?|time\.(?:now|toCron|truncate)|listObjToMap|transform\.listObjToMap|x509\.decode|gzip\.(?:compress|decompress)|regex\.(?:replace|extract|extractAll)|math\.(?:greatest|least|abs|ceil|floor|round|sign|trunc|isInf|isNaN|isFinite|bitAnd|bitOr|bitXor|bitNot|bitShiftLeft|bitShiftRight|sqrt)|base64\.(?:encode|decode)|cel\.bind)\s*\(|\bexceptions\.|\brequest\.(?:object|oldObject)\b|\.orValue\s*\(`)
 
 // GenerateMutatingAdmissionPolicies turns the Kyverno MutatingPolicies among docs into
 // equivalent Kubernetes MutatingAdmissionPolicies, each followed by a binding of the same
@@ -105,7 +108,11 @@ func generateOne(d *dialect, doc policy.Document, exception string) ([]map[strin
 	}
 	for _, field := range slices.Sorted(maps.Keys(exprs)) {
 		if m := kyvernoLibraries.FindStringSubmatch(exprs[field]); m != nil {
-			return nil, nil, cannot(field, fmt.Sprintf("the CEL library function %s()", m[1]))
+			what := fmt.Sprintf("the CEL library function %s()", m[1])
+			if m[1] == "" {
+				what = fmt.Sprintf("Kyverno's %s", strings.Trim(strings.TrimSpace(m[0]), ".("))
+			}
+			return nil, nil, cannot(field, what)
 		}
 	}
 	// Whatever else does not compile in the API server's own environment is reported

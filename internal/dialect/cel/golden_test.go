@@ -1,6 +1,7 @@
 package cel
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"os"
@@ -23,6 +24,13 @@ type goldenRequest struct {
 	Operation string `json:"operation"`
 	Username  string `json:"username"`
 	Existing  bool   `json:"existing"`
+	// Namespace is the request's namespace for objects that name none (morph apply
+	// --namespace).
+	Namespace string `json:"namespace"`
+	// Resource and SubResource make the request a subresource request
+	// ("pods", "binding"; "apps/v1/deployments", "scale").
+	Resource    string `json:"resource"`
+	SubResource string `json:"subresource"`
 }
 
 // runGolden loads dir/policy.yaml (and dir/context.yaml), mutates dir/input.yaml and
@@ -81,15 +89,22 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		req := &engine.Request{
 			Kind:      gv.WithKind(doc.Kind()),
 			Operation: op,
-			Namespace: doc.Namespace(),
+			Namespace: cmp.Or(doc.Namespace(), gr.Namespace),
 			Name:      doc.Name(),
 			Object:    doc.Object,
 			UserInfo:  engine.UserInfo{Username: gr.Username},
 		}
+		if gr.SubResource != "" {
+			req.SubResource = gr.SubResource
+			req.Resource = schema.GroupVersionResource{Group: gv.Group, Version: gv.Version, Resource: gr.Resource}
+			if p := strings.Split(gr.Resource, "/"); len(p) == 3 {
+				req.Resource = schema.GroupVersionResource{Group: p[0], Version: p[1], Resource: p[2]}
+			}
+		}
 		if op == engine.Update {
 			req.OldObject = doc.Object
 		}
-		if ns, ok := store.Namespace(doc.Namespace()); ok {
+		if ns, ok := store.Namespace(req.Namespace); ok {
 			req.NamespaceObject = ns
 		}
 		ctx := context.Background()
@@ -106,12 +121,21 @@ func runGolden(t *testing.T, dir string, opts Options) string {
 		for _, w := range res.Warnings {
 			out.WriteString("# warning: " + w + "\n")
 		}
-		for _, n := range res.Notes {
-			switch n.Kind {
-			case engine.NoteSkipped:
-				out.WriteString("# skipped: " + n.ID.String() + ": " + n.Message + "\n")
-			case engine.NoteExemption:
-				out.WriteString("# exempted: " + n.ID.String() + ": " + n.Message + "\n")
+		for _, kind := range []engine.NoteKind{engine.NoteSkipped, engine.NoteExemption, engine.NoteNondeterministic, engine.NoteRewrite} {
+			for _, n := range res.Notes {
+				if n.Kind != kind {
+					continue
+				}
+				switch kind {
+				case engine.NoteSkipped:
+					out.WriteString("# skipped: " + n.ID.String() + ": " + n.Message + "\n")
+				case engine.NoteExemption:
+					out.WriteString("# exempted: " + n.ID.String() + ": " + n.Message + "\n")
+				case engine.NoteNondeterministic:
+					out.WriteString("# nondeterministic: " + n.ID.String() + ": " + n.Message + "\n")
+				case engine.NoteRewrite:
+					out.WriteString("# autogen " + n.Reason + ": " + n.Message + "\n")
+				}
 			}
 		}
 		y, err := yaml.Marshal(res.Object)
@@ -150,6 +174,24 @@ func checkGolden(t *testing.T, path, got string) {
 	}
 	if string(want) != got {
 		t.Errorf("%s differs:\n--- want\n%s\n--- got\n%s", path, want, got)
+	}
+}
+
+// TestKyvernoCorpus runs the Kyverno MutatingPolicy corpus: policies in the styles
+// people write for Kyverno 1.19, each with its input and the output Kyverno gives.
+func TestKyvernoCorpus(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/kyverno/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no corpus under testdata/kyverno")
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			got := runGolden(t, dir, Options{})
+			checkGolden(t, filepath.Join(dir, "output.yaml"), got)
+		})
 	}
 }
 

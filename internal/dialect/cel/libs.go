@@ -3,38 +3,39 @@ package cel
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
 
-	celgo "github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/common/types/ref"
-	"github.com/google/cel-go/common/types/traits"
-
+	"github.com/kyverno/go-jmespath"
+	sdkhttp "github.com/kyverno/sdk/extensions/cel/libs/http"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 )
 
 // ResourceReader answers resource.Get and resource.List: offline from the context
 // objects, in a cluster from the API server.
 type ResourceReader interface {
-	// Get returns one object; apiVersion is "v1" or "group/version", resource the plural.
+	// Get returns one object, or nil and no error when there is none; apiVersion is
+	// "v1" or "group/version", resource the plural.
 	Get(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error)
 	// List returns the objects of a resource in a namespace ("" for all).
 	List(ctx context.Context, apiVersion, resource, namespace string) ([]map[string]any, error)
 }
 
 // GlobalContextReader answers globalContext.Get with the data of a Kyverno
-// GlobalContextEntry.
+// GlobalContextEntry: nil and no error when there is no entry of that name (Kyverno's
+// globalContext.get is then null).
 type GlobalContextReader interface {
 	GlobalContext(ctx context.Context, name, projection string) (any, error)
 }
@@ -66,11 +67,7 @@ func (s storeReader) Get(_ context.Context, apiVersion, resource, namespace, nam
 	}
 	obj, ok := s.store.Get(gv.Group, kind, namespace, name)
 	if !ok {
-		where := name
-		if namespace != "" {
-			where = namespace + "/" + name
-		}
-		return nil, fmt.Errorf("%s %s not found: pass it with --context", kind, where)
+		return nil, nil
 	}
 	return obj, nil
 }
@@ -83,76 +80,293 @@ func (s storeReader) List(_ context.Context, apiVersion, resource, namespace str
 	return s.store.List(gv.Group, kind, namespace), nil
 }
 
-// GlobalContext reads a GlobalContextEntry (kyverno.io or policies.kyverno.io) from the
-// store. Offline, an entry carries its data itself: the top-level field "data" is the
-// entry's value, and "projections" maps a projection name to its value.
+// GlobalContext resolves a Kyverno GlobalContextEntry (kyverno.io, any version) offline
+// from the context objects, as Kyverno's global context store does in a cluster:
+// spec.kubernetesResource lists the objects of that resource (in its namespace, else
+// all), spec.apiCall.urlPath is read from the context objects as the API server would
+// answer that path; a projection is spec.projections[name].jmesPath evaluated on that
+// data. A missing entry is nil (globalContext.get answers null, as in Kyverno).
 func (s storeReader) GlobalContext(_ context.Context, name, projection string) (any, error) {
 	if s.store == nil {
-		return nil, fmt.Errorf("global context entry %q: no context objects: pass it with --context", name)
+		return nil, nil
 	}
+	var entry map[string]any
 	for _, group := range []string{"kyverno.io", groupKyverno} {
-		entry, ok := s.store.Get(group, "GlobalContextEntry", "", name)
-		if !ok {
+		if e, ok := s.store.Get(group, "GlobalContextEntry", "", name); ok {
+			entry = e
+			break
+		}
+	}
+	if entry == nil {
+		return nil, nil
+	}
+	spec, _ := entry["spec"].(map[string]any)
+	data, err := s.globalData(name, spec)
+	if err != nil {
+		return nil, err
+	}
+	if projection == "" {
+		return data, nil
+	}
+	projections, _ := spec["projections"].([]any)
+	for _, p := range projections {
+		pm, _ := p.(map[string]any)
+		if pm["name"] != projection {
 			continue
 		}
-		if projection == "" {
-			data, ok := entry["data"]
-			if !ok {
-				return nil, fmt.Errorf("global context entry %q has no data field", name)
-			}
-			return data, nil
-		}
-		projections, _ := entry["projections"].(map[string]any)
-		v, ok := projections[projection]
-		if !ok {
-			return nil, fmt.Errorf("global context entry %q has no projection %q under projections", name, projection)
+		query, _ := pm["jmesPath"].(string)
+		v, err := searchJMESPath(query, data)
+		if err != nil {
+			return nil, fmt.Errorf("global context entry %q: projection %q: %w", name, projection, err)
 		}
 		return v, nil
 	}
-	return nil, fmt.Errorf("global context entry %q not found: pass the GlobalContextEntry with --context", name)
+	return nil, fmt.Errorf("projection %q not found in global context entry %q", projection, name)
+}
+
+// globalData is the data of an entry before projection.
+func (s storeReader) globalData(name string, spec map[string]any) (any, error) {
+	if kr, ok := spec["kubernetesResource"].(map[string]any); ok {
+		group, _ := kr["group"].(string)
+		res, _ := kr["resource"].(string)
+		ns, _ := kr["namespace"].(string)
+		kind, ok := s.store.KindFor(group, res)
+		if !ok {
+			return nil, fmt.Errorf("global context entry %q: spec.kubernetesResource: resource %q of group %q is unknown: pass its CustomResourceDefinition with --context", name, res, group)
+		}
+		objs := s.store.List(group, kind, ns)
+		out := make([]any, len(objs))
+		for i, o := range objs {
+			out[i] = o
+		}
+		return out, nil
+	}
+	if ac, ok := spec["apiCall"].(map[string]any); ok {
+		path, _ := ac["urlPath"].(string)
+		if path == "" {
+			return nil, fmt.Errorf("global context entry %q: spec.apiCall: only urlPath is resolved offline (from the --context objects); an apiCall.service needs the cluster", name)
+		}
+		v, err := s.readPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("global context entry %q: spec.apiCall.urlPath: %w", name, err)
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("global context entry %q: give spec.kubernetesResource or spec.apiCall", name)
+}
+
+// readPath answers an API server GET path (/api/v1/..., /apis/GROUP/VERSION/...) from the
+// context objects: a list ({apiVersion, kind: ...List, items}) or one object.
+func (s storeReader) readPath(raw string) (any, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	var gv schema.GroupVersion
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		gv, parts = schema.GroupVersion{Version: parts[1]}, parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		gv, parts = schema.GroupVersion{Group: parts[1], Version: parts[2]}, parts[3:]
+	default:
+		return nil, fmt.Errorf("%q is not an API path (/api/v1/... or /apis/GROUP/VERSION/...)", raw)
+	}
+	ns := ""
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		ns, parts = parts[1], parts[2:]
+	}
+	if len(parts) == 0 || len(parts) > 2 {
+		return nil, fmt.Errorf("%q: only collections and single objects are resolved offline", raw)
+	}
+	kind, ok := s.store.KindFor(gv.Group, parts[0])
+	if !ok {
+		return nil, fmt.Errorf("resource %q of %q is unknown: pass its CustomResourceDefinition with --context", parts[0], gv)
+	}
+	if len(parts) == 2 {
+		obj, ok := s.store.Get(gv.Group, kind, ns, parts[1])
+		if !ok {
+			return nil, fmt.Errorf("%s %s not found among the --context objects", kind, parts[1])
+		}
+		return obj, nil
+	}
+	objs := s.store.List(gv.Group, kind, ns)
+	items := make([]any, len(objs))
+	for i, o := range objs {
+		items[i] = o
+	}
+	return map[string]any{"apiVersion": gv.String(), "kind": kind + "List", "metadata": map[string]any{}, "items": items}, nil
 }
 
 // maxHTTPBody bounds the response body of http.Get and http.Post.
 const maxHTTPBody = 2 << 20
 
-// httpCaller answers http.Get and http.Post for the hosts it allows.
+// httpCaller answers http.get and http.post (the sdk's http host interface) for the hosts
+// it allows, with a timeout and a body limit. On top of the allow list, the sdk's own
+// guard applies: addresses in its blocked ranges (loopback, link-local and cloud
+// metadata, private networks) and its blocked host names are refused, unless the allow
+// list names that address literally.
 type httpCaller struct {
 	allow   []string
 	timeout time.Duration
 	client  *http.Client
+	blocked []*net.IPNet
 }
 
 func newHTTPCaller(allow []string, timeout time.Duration) *httpCaller {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	return &httpCaller{allow: allow, timeout: timeout, client: &http.Client{
-		Timeout: timeout,
+	h := &httpCaller{allow: allow, timeout: timeout}
+	for _, c := range sdkhttp.DefaultBlockedCIDRs {
+		if _, n, err := net.ParseCIDR(c); err == nil {
+			h.blocked = append(h.blocked, n)
+		}
+	}
+	h.client = h.newClient(nil)
+	return h
+}
+
+func (h *httpCaller) newClient(tlsConfig *tls.Config) *http.Client {
+	dialer := &net.Dialer{Timeout: h.timeout}
+	transport := &http.Transport{
+		Proxy:               nil,
+		DialContext:         h.guardedDial(dialer),
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: h.timeout,
+	}
+	return &http.Client{
+		Timeout:   h.timeout,
+		Transport: transport,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			return fmt.Errorf("redirects are not followed (to %s)", req.URL.Redacted())
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return h.check(req.URL)
 		},
-	}}
+	}
+}
+
+// guardedDial refuses addresses in the sdk's blocked ranges, unless the allow list names
+// the address itself.
+func (h *httpCaller) guardedDial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if ip := net.ParseIP(host); ip != nil {
+			if !h.literallyAllowed(host, port) {
+				if err := h.blockedIP(ip); err != nil {
+					return nil, err
+				}
+			}
+			return d.DialContext(ctx, network, addr)
+		}
+		ips, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("resolving %s: %w", host, err)
+		}
+		for _, s := range ips {
+			if ip := net.ParseIP(s); ip != nil {
+				if err := h.blockedIP(ip); err != nil {
+					return nil, fmt.Errorf("%s: %w", host, err)
+				}
+			}
+		}
+		if len(ips) == 0 {
+			return nil, fmt.Errorf("no addresses for %s", host)
+		}
+		return d.DialContext(ctx, network, net.JoinHostPort(ips[0], port))
+	}
+}
+
+func (h *httpCaller) literallyAllowed(host, port string) bool {
+	return slices.Contains(h.allow, host) || slices.Contains(h.allow, net.JoinHostPort(host, port))
+}
+
+// blockedIP applies the sdk's blocked ranges, to the address and to an IPv4 address
+// embedded in an IPv6 one.
+func (h *httpCaller) blockedIP(ip net.IP) error {
+	candidates := []net.IP{ip}
+	if v4 := ip.To4(); v4 != nil {
+		candidates = append(candidates, v4)
+	} else if ip16 := ip.To16(); ip16 != nil {
+		if ip16[0] == 0x20 && ip16[1] == 0x02 {
+			candidates = append(candidates, net.IPv4(ip16[2], ip16[3], ip16[4], ip16[5]))
+		}
+		candidates = append(candidates, net.IPv4(ip16[12], ip16[13], ip16[14], ip16[15]))
+	}
+	if ip.IsUnspecified() {
+		return fmt.Errorf("address %s is not allowed", ip)
+	}
+	for _, c := range candidates {
+		for _, n := range h.blocked {
+			if n.Contains(c) {
+				return fmt.Errorf("address %s is in the blocked range %s: name it in --allow-http-host to call it", ip, n)
+			}
+		}
+	}
+	return nil
 }
 
 func (h *httpCaller) allowed(u *url.URL) bool {
-	host := u.Host
-	hostname := u.Hostname()
-	return slices.Contains(h.allow, host) || slices.Contains(h.allow, hostname)
+	return slices.Contains(h.allow, u.Host) || slices.Contains(h.allow, u.Hostname())
 }
 
+// check applies the allow list and the sdk's blocked host names to a URL.
+func (h *httpCaller) check(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("http: %q: only http and https URLs are allowed", u.Redacted())
+	}
+	if len(h.allow) == 0 {
+		return fmt.Errorf("http: calls are off: allow the host %q with --allow-http-host", u.Host)
+	}
+	if !h.allowed(u) {
+		return fmt.Errorf("http: host %q is not allowed: allow it with --allow-http-host", u.Host)
+	}
+	name := strings.ToLower(strings.TrimRight(u.Hostname(), "."))
+	if slices.Contains(sdkhttp.DefaultBlockedHosts, name) {
+		return fmt.Errorf("http: host %q is a cloud metadata server and is never called", u.Host)
+	}
+	return nil
+}
+
+// Get implements the sdk's http host interface.
+func (h *httpCaller) Get(rawURL string, headers map[string]string) (any, error) {
+	return h.do(http.MethodGet, rawURL, nil, headers)
+}
+
+// Post implements the sdk's http host interface.
+func (h *httpCaller) Post(rawURL string, data any, headers map[string]string) (any, error) {
+	return h.do(http.MethodPost, rawURL, data, headers)
+}
+
+// Client implements the sdk's http host interface: a caller trusting caBundle's
+// certificate authorities, under the same allow list.
+func (h *httpCaller) Client(caBundle string) (sdkhttp.ContextInterface, error) {
+	if caBundle == "" {
+		return h, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(caBundle)) {
+		return nil, errors.New("failed to parse PEM CA bundle for APICall")
+	}
+	c := *h
+	c.client = c.newClient(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	return &c, nil
+}
+
+// do sends a request and answers as Kyverno's http library does: the JSON body with
+// statusCode added when it is an object, else {body, statusCode}; a status that is not
+// 2xx is an answer, not an error.
 func (h *httpCaller) do(method, rawURL string, body any, headers map[string]string) (any, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("http %s %q: %w", method, rawURL, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("http: %q: only http and https URLs are allowed", rawURL)
-	}
-	if len(h.allow) == 0 {
-		return nil, fmt.Errorf("http: calls are off: allow the host %q with --allow-http-host", u.Host)
-	}
-	if !h.allowed(u) {
-		return nil, fmt.Errorf("http: host %q is not allowed: allow it with --allow-http-host", u.Host)
+	if err := h.check(u); err != nil {
+		return nil, err
 	}
 	var reader io.Reader
 	if body != nil {
@@ -171,9 +385,8 @@ func (h *httpCaller) do(method, rawURL string, body any, headers map[string]stri
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
 	for k, v := range headers {
-		req.Header.Set(k, v)
+		req.Header.Add(k, v)
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -187,262 +400,31 @@ func (h *httpCaller) do(method, rawURL string, body any, headers map[string]stri
 	if len(data) > maxHTTPBody {
 		return nil, fmt.Errorf("http: the response of %s is larger than %d bytes", u.Redacted(), maxHTTPBody)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("http: %s answered %s", u.Redacted(), resp.Status)
-	}
+	// As Kyverno: encoding/json's values (numbers are doubles), no body when it is
+	// not JSON.
 	var v any
 	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("http: the response of %s is not JSON: %w", u.Redacted(), err)
+		v = nil
 	}
-	return engine.Normalize(v), nil
+	if m, ok := v.(map[string]any); ok {
+		m["statusCode"] = resp.StatusCode
+		return m, nil
+	}
+	return map[string]any{"body": v, "statusCode": resp.StatusCode}, nil
 }
 
-// libraryEnv holds what Kyverno's CEL libraries read.
-type libraryEnv struct {
-	resources ResourceReader
-	global    GlobalContextReader
-	http      *httpCaller
-}
-
-// imageType is the CEL type of image(...) values.
-var imageType = types.NewOpaqueType("kyverno.Image")
-
-// imageVal is a parsed image reference as a CEL value.
-type imageVal struct{ ref imageRef }
-
-func (v imageVal) ConvertToNative(t reflect.Type) (any, error) {
-	if t.Kind() == reflect.String {
-		return v.ref.String(), nil
-	}
-	return nil, fmt.Errorf("image cannot be converted to %v", t)
-}
-
-func (v imageVal) ConvertToType(t ref.Type) ref.Val {
-	switch t {
-	case types.StringType:
-		return types.String(v.ref.String())
-	case types.TypeType:
-		return imageType
-	}
-	return types.NewErr("type conversion error from image to %s", t)
-}
-
-func (v imageVal) Equal(other ref.Val) ref.Val {
-	o, ok := other.(imageVal)
-	return types.Bool(ok && o.ref == v.ref)
-}
-
-func (v imageVal) Type() ref.Type { return imageType }
-func (v imageVal) Value() any     { return v.ref }
-
-// nativeOf converts a CEL value to plain Go JSON values.
-func nativeOf(v ref.Val) (any, error) {
-	switch x := v.(type) {
-	case traits.Mapper:
-		out := map[string]any{}
-		for it := x.Iterator(); it.HasNext() == types.True; {
-			k := it.Next()
-			ks, ok := k.Value().(string)
-			if !ok {
-				return nil, fmt.Errorf("map keys must be strings, found %v", k.Type())
-			}
-			e, err := nativeOf(x.Get(k))
-			if err != nil {
-				return nil, err
-			}
-			out[ks] = e
-		}
-		return out, nil
-	case traits.Lister:
-		var out []any
-		for it := x.Iterator(); it.HasNext() == types.True; {
-			e, err := nativeOf(it.Next())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, e)
-		}
-		if out == nil {
-			out = []any{}
-		}
-		return out, nil
-	}
-	switch n := v.Value().(type) {
-	case string, bool, int64, float64, nil:
-		return n, nil
-	case uint64:
-		return int64(n), nil
-	}
-	if v == types.NullValue {
-		return nil, nil
-	}
-	return nil, fmt.Errorf("cannot use a %v here", v.Type())
-}
-
-func stringMapOf(v ref.Val) (map[string]string, error) {
-	n, err := nativeOf(v)
+// searchJMESPath evaluates a GlobalContextEntry projection with the JMESPath
+// implementation Kyverno uses (its fork of go-jmespath). Kyverno's own JMESPath
+// functions (to_upper, regex_match, ...) are not offered: a projection calling one
+// fails with the name of the unknown function.
+func searchJMESPath(query string, data any) (any, error) {
+	jp, err := jmespath.Compile(query)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jmesPath %q: %w", query, err)
 	}
-	m, _ := n.(map[string]any)
-	out := make(map[string]string, len(m))
-	for k, e := range m {
-		s, ok := e.(string)
-		if !ok {
-			return nil, fmt.Errorf("header %q must be a string", k)
-		}
-		out[k] = s
-	}
-	return out, nil
-}
-
-func toVal(v any, err error) ref.Val {
+	v, err := jp.Search(data)
 	if err != nil {
-		return types.WrapErr(err)
+		return nil, fmt.Errorf("jmesPath %q: %w", query, err)
 	}
-	return types.DefaultTypeAdapter.NativeToValue(v)
-}
-
-// options returns the CEL declarations of Kyverno's libraries: image, isImage,
-// parseServiceAccount, resource.Get/List, globalContext.Get and http.Get/Post.
-func (l *libraryEnv) options() []celgo.EnvOption {
-	str := celgo.StringType
-	dyn := celgo.DynType
-	strMap := celgo.MapType(celgo.StringType, celgo.StringType)
-	imageMethod := func(name string, result *celgo.Type, f func(imageRef) ref.Val) celgo.EnvOption {
-		return celgo.Function(name, celgo.MemberOverload("image_"+name, []*celgo.Type{imageType}, result,
-			celgo.UnaryBinding(func(v ref.Val) ref.Val {
-				img, ok := v.(imageVal)
-				if !ok {
-					return types.NewErr("%s() needs an image", name)
-				}
-				return f(img.ref)
-			})))
-	}
-	return []celgo.EnvOption{
-		celgo.Function("image", celgo.Overload("image_string", []*celgo.Type{str}, imageType,
-			celgo.UnaryBinding(func(v ref.Val) ref.Val {
-				s, ok := v.Value().(string)
-				if !ok {
-					return types.NewErr("image() needs a string")
-				}
-				r, err := parseImage(s)
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				return imageVal{ref: r}
-			}))),
-		celgo.Function("isImage", celgo.Overload("isImage_string", []*celgo.Type{str}, celgo.BoolType,
-			celgo.UnaryBinding(func(v ref.Val) ref.Val {
-				s, _ := v.Value().(string)
-				_, err := parseImage(s)
-				return types.Bool(err == nil)
-			}))),
-		imageMethod("registry", str, func(r imageRef) ref.Val { return types.String(r.Registry) }),
-		imageMethod("repository", str, func(r imageRef) ref.Val { return types.String(r.Repository) }),
-		imageMethod("identifier", str, func(r imageRef) ref.Val { return types.String(r.Identifier()) }),
-		imageMethod("tag", str, func(r imageRef) ref.Val { return types.String(r.Tag) }),
-		imageMethod("digest", str, func(r imageRef) ref.Val { return types.String(r.Digest) }),
-		imageMethod("containsDigest", celgo.BoolType, func(r imageRef) ref.Val { return types.Bool(r.Digest != "") }),
-		celgo.Function("parseServiceAccount", celgo.Overload("parseServiceAccount_string", []*celgo.Type{str}, strMap,
-			celgo.UnaryBinding(func(v ref.Val) ref.Val {
-				s, _ := v.Value().(string)
-				ns, name := parseServiceAccount(s)
-				return types.DefaultTypeAdapter.NativeToValue(map[string]string{"Namespace": ns, "Name": name})
-			}))),
-		celgo.Function("resource.Get", celgo.Overload("resource_get", []*celgo.Type{str, str, str, str}, dyn,
-			celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
-				a, err := stringArgs(args)
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				obj, err := l.resources.Get(context.Background(), a[0], a[1], a[2], a[3])
-				return toVal(obj, err)
-			}))),
-		celgo.Function("resource.List", celgo.Overload("resource_list", []*celgo.Type{str, str, str}, dyn,
-			celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
-				a, err := stringArgs(args)
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				objs, err := l.resources.List(context.Background(), a[0], a[1], a[2])
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				items := make([]any, len(objs))
-				for i, o := range objs {
-					items[i] = o
-				}
-				return toVal(map[string]any{"items": items}, nil)
-			}))),
-		celgo.Function("globalContext.Get", celgo.Overload("globalcontext_get", []*celgo.Type{str, str}, dyn,
-			celgo.BinaryBinding(func(name, projection ref.Val) ref.Val {
-				a, err := stringArgs([]ref.Val{name, projection})
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				return toVal(l.global.GlobalContext(context.Background(), a[0], a[1]))
-			}))),
-		celgo.Function("http.Get",
-			celgo.Overload("http_get", []*celgo.Type{str}, dyn, celgo.UnaryBinding(func(u ref.Val) ref.Val {
-				s, _ := u.Value().(string)
-				return toVal(l.http.do(http.MethodGet, s, nil, nil))
-			})),
-			celgo.Overload("http_get_headers", []*celgo.Type{str, strMap}, dyn, celgo.BinaryBinding(func(u, h ref.Val) ref.Val {
-				s, _ := u.Value().(string)
-				headers, err := stringMapOf(h)
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				return toVal(l.http.do(http.MethodGet, s, nil, headers))
-			}))),
-		celgo.Function("http.Post",
-			celgo.Overload("http_post", []*celgo.Type{str, dyn}, dyn, celgo.BinaryBinding(func(u, b ref.Val) ref.Val {
-				s, _ := u.Value().(string)
-				body, err := nativeOf(b)
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				return toVal(l.http.do(http.MethodPost, s, body, nil))
-			})),
-			celgo.Overload("http_post_headers", []*celgo.Type{str, dyn, strMap}, dyn, celgo.FunctionBinding(func(args ...ref.Val) ref.Val {
-				s, _ := args[0].Value().(string)
-				body, err := nativeOf(args[1])
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				headers, err := stringMapOf(args[2])
-				if err != nil {
-					return types.WrapErr(err)
-				}
-				return toVal(l.http.do(http.MethodPost, s, body, headers))
-			}))),
-	}
-}
-
-func stringArgs(args []ref.Val) ([]string, error) {
-	out := make([]string, len(args))
-	for i, a := range args {
-		s, ok := a.Value().(string)
-		if !ok {
-			return nil, fmt.Errorf("argument %d must be a string, found %v", i+1, a.Type())
-		}
-		out[i] = s
-	}
-	return out, nil
-}
-
-// parseServiceAccount splits "system:serviceaccount:<namespace>:<name>"; any other user
-// name gives two empty strings.
-func parseServiceAccount(user string) (namespace, name string) {
-	const prefix = "system:serviceaccount:"
-	if !strings.HasPrefix(user, prefix) {
-		return "", ""
-	}
-	rest := user[len(prefix):]
-	i := strings.IndexByte(rest, ':')
-	if i <= 0 || i == len(rest)-1 || strings.Contains(rest[i+1:], ":") {
-		return "", ""
-	}
-	return rest[:i], rest[i+1:]
+	return v, nil
 }

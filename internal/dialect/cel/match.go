@@ -283,14 +283,23 @@ func (r resolver) targetsOf(rules []admissionv1.NamedRuleWithOperations, equival
 					v = "*"
 				}
 				for _, res := range rule.Resources {
-					res, _, _ = strings.Cut(res, "/")
+					res, sub, _ := strings.Cut(res, "/")
 					kind := "*"
+					// A subresource's kind is its own (pods/binding takes a
+					// Binding): the API server's matcher decides on resource and
+					// subresource, so a subresource rule targets every kind.
 					if res != "*" && g != "*" {
 						if k, ok := r.kindFor(g, res); ok {
 							kind = k
 						}
 					}
 					t := engine.Target{Group: g, Version: v, Kind: kind, Operations: opset}
+					if sub != "" {
+						// The kind posted to a subresource may be of another group
+						// and version too (autoscaling/v1 Scale for apps
+						// deployments/scale).
+						t = engine.Target{Group: "*", Version: "*", Kind: "*", Operations: opset}
+					}
 					if !seen[t] {
 						seen[t] = true
 						out = append(out, t)

@@ -25,9 +25,13 @@ import (
 // Mutator is one compiled policy: a MutatingAdmissionPolicy with one of its bindings, or
 // a Kyverno MutatingPolicy. It implements engine.Mutator.
 type Mutator struct {
-	id       engine.ID
-	d        *dialect
-	prog     *program
+	id   engine.ID
+	d    *dialect
+	prog *program
+	// kprog is a Kyverno policy's program (prog is nil then); kautogen its programs
+	// rewritten for the pod controllers, by replacement set.
+	kprog    *kyvernoProgram
+	kautogen map[string]*kyvernoProgram
 	targets  []engine.Target
 	reinvoke engine.Reinvocation
 	failure  admissionv1.FailurePolicyType
@@ -51,7 +55,7 @@ type Mutator struct {
 	timeout             time.Duration
 	controllers         []controller
 	autogen             *admissionv1.MatchResources
-	exceptions          []*exception
+	exceptions          []boundException
 }
 
 // compiled is the policy as the engine runs it.
@@ -186,8 +190,8 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	if err != nil || inv == nil {
 		return obj, err
 	}
-	in := canonical(obj, req.Kind)
-	old := canonical(req.OldObject, req.Kind)
+	in := m.d.withRequestNamespace(canonical(obj, req.Kind), req)
+	old := m.d.withRequestNamespace(canonical(req.OldObject, req.Kind), req)
 	out, err := m.evaluateWithin(ctx, req, in, old, inv)
 	for _, text := range inv.warnings {
 		w.Warn(text)
@@ -253,9 +257,6 @@ func (m *Mutator) evaluateRecovered(ctx context.Context, req *engine.Request, in
 			out, err = nil, fmt.Errorf("panic: %v", r)
 		}
 	}()
-	if inv.ctrl != nil {
-		return m.mutateTemplate(ctx, req, in, old, inv)
-	}
 	return m.evaluate(ctx, req, in, old, inv)
 }
 
@@ -264,9 +265,6 @@ func (m *Mutator) evaluateRecovered(ctx context.Context, req *engine.Request, in
 func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old map[string]any, inv *invocation) (map[string]any, error) {
 	r := resolver{store: m.d.opts.Objects}
 	gvk := inv.gvk
-	if inv.ctrl != nil {
-		gvk = podGVK
-	}
 	obj = withKind(obj, gvk)
 	if old != nil {
 		old = withKind(old, gvk)
@@ -281,12 +279,10 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 	if old != nil {
 		va.VersionedOldObject = admission.NewLazyObject(&unstructured.Unstructured{Object: old})
 	}
-	authz := offlineAuthorizer{}
-
-	if ex := m.exemptedBy(ctx, va, req); ex != nil {
-		inv.notes = append(inv.notes, engine.Note{Kind: engine.NoteExemption, Reason: "PolicyException", Message: fmt.Sprintf("%s by %s/%s", objectName(req, obj), ex.namespace, ex.name)})
-		return nil, nil
+	if m.kprog != nil {
+		return m.evaluateKyverno(ctx, req, va, obj, old, inv)
 	}
+	authz := offlineAuthorizer{}
 
 	params, err := m.collectParams(attr.GetNamespace())
 	if err != nil {
@@ -353,7 +349,7 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 		return nil, fmt.Errorf("the patcher returned a %T, not an unstructured object", va.VersionedObject.Object())
 	}
 	out := u.Object
-	if gvk != req.Kind && inv.ctrl == nil {
+	if gvk != req.Kind {
 		out = withKind(out, req.Kind)
 	}
 	return out, nil

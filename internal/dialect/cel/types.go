@@ -81,6 +81,7 @@ func (o *offlineTypes) TypeConverter(gvk schema.GroupVersionKind) (managedfields
 			return tc, nil
 		}
 	}
+
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if c, ok := o.crd[gvk]; ok {
@@ -95,6 +96,9 @@ func (o *offlineTypes) TypeConverter(gvk schema.GroupVersionKind) (managedfields
 // resources: the CRD's OpenAPI v3 document, merged with the built-in definitions it refers
 // to (ObjectMeta and the like).
 func (o *offlineTypes) fromCRD(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error) {
+	if props, ok := subresourceKinds[gvk]; ok {
+		return subresourceConverter(gvk, props)
+	}
 	noSchema := fmt.Errorf("no schema for kind %s (%s): pass its CustomResourceDefinition with --context", gvk.Kind, gvk.GroupVersion())
 	if o.store == nil {
 		return nil, noSchema
@@ -111,6 +115,11 @@ func (o *offlineTypes) fromCRD(gvk schema.GroupVersionKind) (managedfields.TypeC
 	if err := json.Unmarshal(data, &crd); err != nil {
 		return nil, fmt.Errorf("CustomResourceDefinition of %s: %w", gvk, err)
 	}
+	return converterFromCRD(&crd, gvk)
+}
+
+// converterFromCRD builds the converter of one version of a CRD.
+func converterFromCRD(crd *apiextensionsv1.CustomResourceDefinition, gvk schema.GroupVersionKind) (managedfields.TypeConverter, error) {
 	served := false
 	for _, v := range crd.Spec.Versions {
 		if v.Name == gvk.Version {
@@ -120,7 +129,7 @@ func (o *offlineTypes) fromCRD(gvk schema.GroupVersionKind) (managedfields.TypeC
 	if !served {
 		return nil, fmt.Errorf("the CustomResourceDefinition %s has no version %s", crd.Name, gvk.Version)
 	}
-	doc, err := builder.BuildOpenAPIV3(&crd, gvk.Version, builder.Options{})
+	doc, err := builder.BuildOpenAPIV3(crd, gvk.Version, builder.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("schema of %s from its CustomResourceDefinition: %w", gvk, err)
 	}
