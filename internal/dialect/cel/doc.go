@@ -48,13 +48,13 @@
 //
 // evaluation.admission.enabled (default true) turns admission off; with
 // evaluation.mutateExisting.enabled the policy mutates existing objects matched by
-// targetMatchConstraints (or matchConstraints), under ExistingContext.
+// targetMatchConstraints (or matchConstraints), on requests with engine.Request.Background.
 // webhookConfiguration.timeoutSeconds (1-30, default 10) is the evaluation deadline.
 // Autogen applies a Pod policy to the six pod controllers (or those
 // autogen.podControllers.controllers names) with its expressions rewritten as Kyverno
 // rewrites them, evaluated on the controller object (autogen.go). A PolicyException with
 // neither images nor allowedValues exempts the objects passing its matchConditions from
-// the policies its policyRefs name (WithTrace records which); one with them fills the
+// the policies its policyRefs name (an engine.NoteExemption says which); one with them fills the
 // exceptions variable instead.
 //
 // # Built-in objects

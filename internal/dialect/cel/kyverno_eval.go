@@ -3,8 +3,8 @@ package cel
 import (
 	"context"
 	"fmt"
-	"strings"
 	"maps"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
