@@ -7,17 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/offline"
 	"github.com/morph-dev/morph/internal/policy"
 )
 
@@ -112,66 +111,33 @@ func (o *applyOptions) validate() error {
 	return nil
 }
 
-// runtime is everything loaded from the command line.
-type runtime struct {
-	store       *objects.Store
-	set         *engine.Set
-	validators  *engine.Validators
-	mutateFirst map[engine.ID]bool
-}
-
 // loadRuntime reads context and policies. Every problem is printed; the error only
 // carries the exit code.
-func loadRuntime(newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*runtime, error) {
-	store := objects.NewStore()
+func loadRuntime(newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*offline.Runtime, error) {
 	ctxDocs, err := policy.Read(contextPaths, stdin)
 	if err != nil {
 		return nil, err
-	}
-	for _, d := range ctxDocs {
-		if err := store.Add(d.Object); err != nil {
-			return nil, fmt.Errorf("%s: %w", d.Where(), err)
-		}
 	}
 	docs, err := policy.Read(policyPaths, stdin)
 	if err != nil {
 		return nil, err
 	}
-	loader := newLoader(store)
-	// Non-policy documents among the policies are context (CRDs, params, Namespaces).
-	// They are added before compiling, so that policies can use them.
-	var policyDocs []policy.Document
-	for _, d := range docs {
-		if loader.Known(d) {
-			policyDocs = append(policyDocs, d)
-			continue
+	rt, err := offline.Load(newLoader, ctxDocs, docs, strings.Join(policyPaths, ", "))
+	var loadErr *offline.LoadError
+	if errors.As(err, &loadErr) {
+		for _, w := range loadErr.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
 		}
-		if err := store.Add(d.Object); err != nil {
-			return nil, fmt.Errorf("%s: %w", d.Where(), err)
-		}
-	}
-	if len(policyDocs) == 0 {
-		return nil, fmt.Errorf("%s: %w", strings.Join(policyPaths, ", "), policy.ErrNoPolicies)
-	}
-	bundle, _, err := loader.Load(policyDocs)
-	for _, w := range bundle.Warnings {
-		fmt.Fprintln(stderr, "warning:", w)
-	}
-	if err != nil {
-		for _, e := range policy.Errors(err) {
+		for _, e := range loadErr.Errs {
 			fmt.Fprintln(stderr, "error:", e)
 		}
 		return nil, reportedError{errors.New("policies could not be loaded")}
 	}
-	set, err := engine.NewSet(bundle.Mutators, bundle.Finalizers...)
 	if err != nil {
 		return nil, err
 	}
-	rt := &runtime{store: store, set: set, validators: engine.NewValidators(bundle.Validators), mutateFirst: map[engine.ID]bool{}}
-	for _, v := range bundle.Validators {
-		if mf, ok := v.(interface{ MutateFirst() bool }); ok && mf.MutateFirst() {
-			rt.mutateFirst[v.ID()] = true
-		}
+	for _, w := range rt.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
 	}
 	return rt, nil
 }
@@ -195,7 +161,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
-	user, err := readUserInfo(o.userinfo)
+	user, err := offline.ReadUserInfo(o.userinfo)
 	if err != nil {
 		return err
 	}
@@ -207,7 +173,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	var existingSet *engine.Set
 	if len(existing) > 0 {
 		var ms []engine.Mutator
-		for _, m := range rt.set.Mutators() {
+		for _, m := range rt.Set.Mutators() {
 			if mutatesExisting(m) {
 				ms = append(ms, m)
 			}
@@ -227,7 +193,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			// An existing object is mutated as an update of itself.
 			reqOp = engine.Update
 		}
-		req, err := o.request(rt.store, d, reqOp, olds, user)
+		req, err := o.request(rt.Store, d, reqOp, olds, user)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
 			failed++
@@ -240,7 +206,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			req.OldObject = req.Object
 			res, err = existingSet.Mutate(existingContext(evalCtx), req)
 		} else {
-			res, violations, err = o.evaluate(evalCtx, rt, req)
+			res, violations, err = rt.Evaluate(evalCtx, req, o.mode == "reconcile")
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
@@ -260,7 +226,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			}
 		}
 		if o.explain {
-			explain(stderr, d, res, notes(rt.set, res))
+			explain(stderr, d, res, notes(rt.Set, res))
 		}
 		if deniedHere {
 			denied++
@@ -286,109 +252,10 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	return nil
 }
 
-// evaluate mutates and validates one object in the order the mode asks for.
-func (o *applyOptions) evaluate(ctx context.Context, rt *runtime, req *engine.Request) (*engine.Result, []engine.Violation, error) {
-	var before []engine.Violation
-	if o.mode == "reconcile" {
-		// At reconcile time validation runs first, except for policies that ask for
-		// mutation first; those validate the mutated object below.
-		vs, warnings, _ := rt.validators.Validate(ctx, req, req.Object) // failures are among the warnings printed
-		for _, v := range vs {
-			if !rt.mutateFirst[v.ID] {
-				before = append(before, v)
-			}
-		}
-		for _, v := range before {
-			if v.Deny {
-				return &engine.Result{Object: req.Object, Warnings: warnings}, before, nil
-			}
-		}
-	}
-	res, err := rt.set.Mutate(ctx, req)
-	if err != nil {
-		return nil, nil, err
-	}
-	after, warnings, _ := rt.validators.Validate(ctx, req, res.Object)
-	res.Warnings = append(res.Warnings, warnings...)
-	if o.mode == "reconcile" {
-		kept := before
-		for _, v := range after {
-			if rt.mutateFirst[v.ID] {
-				kept = append(kept, v)
-			}
-		}
-		return res, kept, nil
-	}
-	return res, after, nil
-}
-
 func (o *applyOptions) request(store *objects.Store, d policy.Document, op engine.Operation, olds []policy.Document, user engine.UserInfo) (*engine.Request, error) {
-	gv, err := schema.ParseGroupVersion(d.APIVersion())
-	if err != nil || d.Kind() == "" {
-		return nil, fmt.Errorf("not a Kubernetes object: apiVersion and kind are required")
-	}
-	gvk := gv.WithKind(d.Kind())
-	obj := d.Object
-	ns := d.Namespace()
-	if ns == "" && store.Namespaced(gvk.Group, gvk.Kind) {
-		ns = o.namespace
-	}
-	req := &engine.Request{
-		UID:       "", // offline requests carry no uid
-		Kind:      gvk,
-		Operation: op,
-		Namespace: ns,
-		Name:      d.Name(),
-		Object:    obj,
-		UserInfo:  user,
-		Source:    engine.Source(o.source),
-	}
-	if req.Source == engine.SourceAll {
-		req.Source = engine.SourceOriginal
-	}
-	if gvk.Group == "" && gvk.Kind == "Namespace" {
-		req.NamespaceObject = obj
-	} else if ns != "" {
-		if nsObj, ok := store.Namespace(ns); ok {
-			req.NamespaceObject = nsObj
-		} else {
-			// The API server labels every Namespace with its name; a Namespace not
-			// given as context is taken to carry only that label.
-			req.NamespaceObject = map[string]any{
-				"apiVersion": "v1", "kind": "Namespace",
-				"metadata": map[string]any{"name": ns, "labels": map[string]any{"kubernetes.io/metadata.name": ns}},
-			}
-		}
-	}
-	for _, old := range olds {
-		if old.APIVersion() == d.APIVersion() && old.Kind() == d.Kind() && old.Name() == d.Name() &&
-			(old.Namespace() == d.Namespace() || old.Namespace() == ns) {
-			req.OldObject = old.Object
-			break
-		}
-	}
-	if (op == engine.Update || op == engine.Delete) && req.OldObject == nil && len(olds) > 0 {
-		return nil, fmt.Errorf("no object in --old matches %s %s/%s", d.Kind(), ns, d.Name())
-	}
-	if op == engine.Delete && req.OldObject == nil {
-		req.OldObject = obj
-	}
-	return req, nil
-}
-
-func readUserInfo(path string) (engine.UserInfo, error) {
-	var u engine.UserInfo
-	if path == "" {
-		return u, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return u, fmt.Errorf("--userinfo: %w", err)
-	}
-	if err := yaml.UnmarshalStrict(data, &u); err != nil {
-		return u, fmt.Errorf("--userinfo %s: expected username, uid, groups and extra: %w", path, err)
-	}
-	return u, nil
+	return offline.NewRequest(store, d, offline.RequestOptions{
+		Operation: op, Namespace: o.namespace, Source: engine.Source(o.source), Olds: olds, UserInfo: user,
+	})
 }
 
 func (o *applyOptions) print(w io.Writer, outputs []map[string]any, patches []engine.Patch) error {

@@ -108,7 +108,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		newServeCommand(newLoader, stdout, stderr),
 		newVersionCommand(stdout),
 	)
-	addDialectCommands(root, newLoader, stdin, stdout, stderr)
+	addDialectCommands(root, opts, newLoader, stdin, stdout, stderr)
 	return root
 }
 

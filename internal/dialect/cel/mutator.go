@@ -192,6 +192,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	if err != nil || inv == nil {
 		return obj, err
 	}
+	recordOutcome(ctx, m.id, false)
 	if m.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.timeout)
@@ -310,6 +311,7 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 				continue
 			}
 		}
+		recordOutcome(ctx, m.id, true)
 		var errs []error
 		for i, p := range m.prog.patchers {
 			if va.VersionedObject.Object() == nil {
@@ -392,6 +394,9 @@ func objectName(req *engine.Request, obj map[string]any) string {
 func (m *Mutator) collectParams(namespace string) ([]runtime.Object, error) {
 	if m.paramKind == nil || m.paramRef == nil {
 		return []runtime.Object{nil}, nil
+	}
+	if m.d.opts.KyvernoCLI {
+		return m.kyvernoCLIParams()
 	}
 	store := m.d.opts.Objects
 	gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion)

@@ -1,0 +1,145 @@
+package cel
+
+import (
+	"context"
+	"sync"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// This file holds the Kyverno CLI's conventions (Options.KyvernoCLI), which differ from
+// the cluster's and which `morph test` follows for suites written for `kyverno test`
+// (cmd/cli/kubectl-kyverno/processor and pkg/admissionpolicy/mutate.go of Kyverno
+// 1.19.1):
+//
+//   - a MutatingAdmissionPolicy that no binding names is applied, matched by its
+//     matchConstraints alone and without params (in a cluster it does nothing);
+//   - a binding's paramRef finds its params among all the context objects of the
+//     paramKind, whatever their namespace: with a selector, every param the selector
+//     matches is handed to one evaluation as a list (params.items); without one, the
+//     first param of that name (or, with only a namespace, of that namespace) is the
+//     param. In a cluster a selector evaluates the policy once per param.
+
+// unboundMAP compiles a MutatingAdmissionPolicy no binding names into a mutator of its
+// own, as the Kyverno CLI applies it.
+func (d *dialect) unboundMAP(doc policy.Document, p *admissionv1.MutatingAdmissionPolicy, prog *program) (*Mutator, error) {
+	order, err := orderOf(doc)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mutator{
+		id:          engine.ID{Order: order, Dialect: "cel", Kind: kindMAP, Name: p.Name},
+		d:           d,
+		prog:        prog,
+		failure:     *p.Spec.FailurePolicy,
+		constraints: p.Spec.MatchConstraints,
+		reinvoke:    reinvocationOf(p.Spec.ReinvocationPolicy),
+	}
+	m.targets = resolver{store: d.opts.Objects}.targetsOf(p.Spec.MatchConstraints.ResourceRules, *p.Spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)
+	return m, nil
+}
+
+// kyvernoCLIParams collects a binding's params as the Kyverno CLI does (see above).
+func (m *Mutator) kyvernoCLIParams() ([]runtime.Object, error) {
+	ref := m.paramRef
+	store := m.d.opts.Objects
+	if store == nil {
+		return []runtime.Object{nil}, nil
+	}
+	gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion)
+	if err != nil {
+		return nil, err
+	}
+	candidates := store.List(gv.Group, m.paramKind.Kind, "")
+	if ref.Selector != nil {
+		sel, err := metav1LabelSelector(ref.Selector)
+		if err != nil {
+			return nil, err
+		}
+		list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
+		for _, obj := range candidates {
+			if sel.Matches(labelSet(obj)) {
+				list.Items = append(list.Items, unstructured.Unstructured{Object: obj})
+			}
+		}
+		if len(list.Items) == 0 {
+			return []runtime.Object{nil}, nil
+		}
+		return []runtime.Object{list}, nil
+	}
+	for _, obj := range candidates {
+		u := &unstructured.Unstructured{Object: obj}
+		matches := false
+		if ref.Namespace != "" {
+			matches = u.GetNamespace() == ref.Namespace
+		}
+		if ref.Name != "" {
+			matches = u.GetName() == ref.Name
+		}
+		if matches {
+			return []runtime.Object{u}, nil
+		}
+	}
+	return []runtime.Object{nil}, nil
+}
+
+// Outcomes records, for one request, which CEL policies matched the object and which of
+// those passed their match conditions: what a test runner reports as pass or skip when
+// the policy changed nothing. It is safe for concurrent use.
+type Outcomes struct {
+	mu            sync.Mutex
+	matched       map[engine.ID]bool
+	conditionsMet map[engine.ID]bool
+}
+
+// Matched reports whether the policy matched the object (its constraints and binding)
+// and whether it then passed its match conditions.
+func (o *Outcomes) Matched(id engine.ID) (matched, conditionsMet bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.matched[id], o.conditionsMet[id]
+}
+
+// Snapshot returns copies of the policies that matched and of those that passed their
+// match conditions.
+func (o *Outcomes) Snapshot() (matched, conditionsMet map[engine.ID]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	matched, conditionsMet = map[engine.ID]bool{}, map[engine.ID]bool{}
+	for id := range o.matched {
+		matched[id] = true
+	}
+	for id := range o.conditionsMet {
+		conditionsMet[id] = true
+	}
+	return matched, conditionsMet
+}
+
+type outcomesKey struct{}
+
+// WithOutcomes returns a context whose evaluations record into o.
+func WithOutcomes(ctx context.Context, o *Outcomes) context.Context {
+	return context.WithValue(ctx, outcomesKey{}, o)
+}
+
+func recordOutcome(ctx context.Context, id engine.ID, conditionsMet bool) {
+	o, _ := ctx.Value(outcomesKey{}).(*Outcomes)
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.matched == nil {
+		o.matched, o.conditionsMet = map[engine.ID]bool{}, map[engine.ID]bool{}
+	}
+	o.matched[id] = true
+	if conditionsMet {
+		o.conditionsMet[id] = true
+	}
+}

@@ -1,0 +1,211 @@
+// Package offline builds what the offline surfaces (morph apply, morph test) need to run
+// the engine without a cluster: the policies and context objects loaded into a Set and
+// a Store, and one engine.Request per input document. It knows no dialect: the caller
+// passes the loader that does.
+package offline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
+)
+
+// Runtime is a loaded set of policies with the context objects they read.
+type Runtime struct {
+	Store      *objects.Store
+	Set        *engine.Set
+	Validators *engine.Validators
+	// MutateFirst names the validators that validate the mutated object at reconcile
+	// time (Katalog's mutateFirst).
+	MutateFirst map[engine.ID]bool
+	// Warnings are the loaders' warnings, each naming its policy.
+	Warnings []string
+}
+
+// LoadError is a failed load: Errs are the located errors of every rejected policy, one
+// per line for users; Warnings are the loaders' warnings.
+type LoadError struct {
+	Errs     []error
+	Warnings []string
+}
+
+func (e *LoadError) Error() string { return errors.Join(e.Errs...).Error() }
+
+// Load adds the context documents to a new store, then routes the policy documents:
+// those no dialect handles (CRDs, params, Namespaces) are context too, added before
+// compiling so that policies can use them. An error from compiling is a *LoadError;
+// others are returned as they are. policyNames names the policy paths in the error
+// when they hold no policy.
+func Load(newLoader func(*objects.Store) *policy.Loader, contextDocs, docs []policy.Document, policyNames string) (*Runtime, error) {
+	store := objects.NewStore()
+	for _, d := range contextDocs {
+		if err := store.Add(d.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Where(), err)
+		}
+	}
+	loader := newLoader(store)
+	var policyDocs []policy.Document
+	for _, d := range docs {
+		if loader.Known(d) {
+			policyDocs = append(policyDocs, d)
+			continue
+		}
+		if err := store.Add(d.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Where(), err)
+		}
+	}
+	if len(policyDocs) == 0 {
+		return nil, fmt.Errorf("%s: %w", policyNames, policy.ErrNoPolicies)
+	}
+	bundle, _, err := loader.Load(policyDocs)
+	if err != nil {
+		return nil, &LoadError{Errs: policy.Errors(err), Warnings: bundle.Warnings}
+	}
+	set, err := engine.NewSet(bundle.Mutators, bundle.Finalizers...)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Runtime{
+		Store: store, Set: set, Validators: engine.NewValidators(bundle.Validators),
+		MutateFirst: map[engine.ID]bool{}, Warnings: bundle.Warnings,
+	}
+	for _, v := range bundle.Validators {
+		if mf, ok := v.(interface{ MutateFirst() bool }); ok && mf.MutateFirst() {
+			rt.MutateFirst[v.ID()] = true
+		}
+	}
+	return rt, nil
+}
+
+// Evaluate mutates and validates one object in the order the mode asks for: at
+// admission (reconcile false) mutate then validate; at reconcile validate first, except
+// for the policies that ask for mutation first, which validate the mutated object.
+func (rt *Runtime) Evaluate(ctx context.Context, req *engine.Request, reconcile bool) (*engine.Result, []engine.Violation, error) {
+	var before []engine.Violation
+	if reconcile {
+		vs, warnings, _ := rt.Validators.Validate(ctx, req, req.Object) // failures are among the warnings
+		for _, v := range vs {
+			if !rt.MutateFirst[v.ID] {
+				before = append(before, v)
+			}
+		}
+		for _, v := range before {
+			if v.Deny {
+				return &engine.Result{Object: req.Object, Warnings: warnings}, before, nil
+			}
+		}
+	}
+	res, err := rt.Set.Mutate(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	after, warnings, _ := rt.Validators.Validate(ctx, req, res.Object)
+	res.Warnings = append(res.Warnings, warnings...)
+	if reconcile {
+		kept := before
+		for _, v := range after {
+			if rt.MutateFirst[v.ID] {
+				kept = append(kept, v)
+			}
+		}
+		return res, kept, nil
+	}
+	return res, after, nil
+}
+
+// RequestOptions are the parts of a request that do not come from the object.
+type RequestOptions struct {
+	Operation engine.Operation
+	// Namespace is the namespace of a namespaced object that names none.
+	Namespace string
+	// Source is Gatekeeper's match.source; All is taken as Original.
+	Source engine.Source
+	// Olds are the stored objects, matched to the object by apiVersion, kind,
+	// namespace and name.
+	Olds     []policy.Document
+	UserInfo engine.UserInfo
+}
+
+// NewRequest builds the admission request for one document: its kind, its namespace
+// (opts.Namespace when it names none and its kind is namespaced), its Namespace object
+// (from the store, or one carrying only the kubernetes.io/metadata.name label the API
+// server sets), its old object (for DELETE the object itself when none is given).
+func NewRequest(store *objects.Store, d policy.Document, opts RequestOptions) (*engine.Request, error) {
+	gv, err := schema.ParseGroupVersion(d.APIVersion())
+	if err != nil || d.Kind() == "" {
+		return nil, fmt.Errorf("not a Kubernetes object: apiVersion and kind are required")
+	}
+	gvk := gv.WithKind(d.Kind())
+	obj := d.Object
+	ns := d.Namespace()
+	if ns == "" && store.Namespaced(gvk.Group, gvk.Kind) {
+		ns = opts.Namespace
+	}
+	op := opts.Operation
+	req := &engine.Request{
+		UID:       "", // offline requests carry no uid
+		Kind:      gvk,
+		Operation: op,
+		Namespace: ns,
+		Name:      d.Name(),
+		Object:    obj,
+		UserInfo:  opts.UserInfo,
+		Source:    opts.Source,
+	}
+	if req.Source == engine.SourceAll || req.Source == "" {
+		req.Source = engine.SourceOriginal
+	}
+	if gvk.Group == "" && gvk.Kind == "Namespace" {
+		req.NamespaceObject = obj
+	} else if ns != "" {
+		if nsObj, ok := store.Namespace(ns); ok {
+			req.NamespaceObject = nsObj
+		} else {
+			// The API server labels every Namespace with its name; a Namespace not
+			// given as context is taken to carry only that label.
+			req.NamespaceObject = map[string]any{
+				"apiVersion": "v1", "kind": "Namespace",
+				"metadata": map[string]any{"name": ns, "labels": map[string]any{"kubernetes.io/metadata.name": ns}},
+			}
+		}
+	}
+	for _, old := range opts.Olds {
+		if old.APIVersion() == d.APIVersion() && old.Kind() == d.Kind() && old.Name() == d.Name() &&
+			(old.Namespace() == d.Namespace() || old.Namespace() == ns) {
+			req.OldObject = old.Object
+			break
+		}
+	}
+	if (op == engine.Update || op == engine.Delete) && req.OldObject == nil && len(opts.Olds) > 0 {
+		return nil, fmt.Errorf("no object in --old matches %s %s/%s", d.Kind(), ns, d.Name())
+	}
+	if op == engine.Delete && req.OldObject == nil {
+		req.OldObject = obj
+	}
+	return req, nil
+}
+
+// ReadUserInfo reads the requesting user (username, uid, groups, extra) from a YAML or
+// JSON file; "" is the anonymous zero user.
+func ReadUserInfo(path string) (engine.UserInfo, error) {
+	var u engine.UserInfo
+	if path == "" {
+		return u, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return u, fmt.Errorf("--userinfo: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, &u); err != nil {
+		return u, fmt.Errorf("--userinfo %s: expected username, uid, groups and extra: %w", path, err)
+	}
+	return u, nil
+}
