@@ -2,6 +2,7 @@
 #
 #   make test    unit tests, then end-to-end tests on a real kube-apiserver (CI runs this)
 #   make unit    unit tests only
+#   make suite   the policy test suites of examples/ (morph test examples/)
 #   make e2e     end-to-end tests only (builds and caches kube-apiserver, etcd, kubectl)
 #   make lint    gofmt, go vet, golangci-lint (pinned)
 #   make bench   benchmarks, written to docs/performance.md
@@ -16,18 +17,21 @@ FUZZTIME              ?= 20s
 BENCHCOUNT            ?= 6
 UNIT_PKGS              = $(shell $(GO) list ./... | grep -v /test/e2e)
 
-.PHONY: all build test unit examples lint bench fuzz clean
+.PHONY: all build test unit suite examples lint bench fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/morph ./cmd/morph
 
-test: unit e2e
+test: unit suite e2e
 
 unit:
 	$(GO) mod download
 	$(GO) test -count=1 $(UNIT_PKGS)
+
+suite: build
+	$(BIN)/morph test examples/
 
 examples: build
 	$(BIN)/morph apply -p examples/policies -f examples/manifests --context examples/context

@@ -150,7 +150,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			maps[p.Name] = &mapEntry{doc: doc, policy: p, prog: prog}
 			mapOrder = append(mapOrder, p.Name)
 		case kindMAPBinding:
-			bindings = append(bindings, doc)
+			bindings = append(bindings, d.kyvernoCLIBinding(doc))
 		default:
 			kyverno = append(kyverno, doc)
 		}

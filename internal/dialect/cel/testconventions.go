@@ -2,6 +2,7 @@ package cel
 
 import (
 	"context"
+	"maps"
 	"sync"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -24,7 +25,30 @@ import (
 //     paramKind, whatever their namespace: with a selector, every param the selector
 //     matches is handed to one evaluation as a list (params.items); without one, the
 //     first param of that name (or, with only a namespace, of that namespace) is the
-//     param. In a cluster a selector evaluates the policy once per param.
+//     param. In a cluster a selector evaluates the policy once per param;
+//   - a paramRef needs no parameterNotFoundAction (the CLI never denies for a missing
+//     param: the policy is evaluated without params).
+
+// kyvernoCLIBinding returns the binding document, with parameterNotFoundAction Allow
+// when its paramRef gives none and the Kyverno CLI's conventions apply.
+func (d *dialect) kyvernoCLIBinding(doc policy.Document) policy.Document {
+	if !d.opts.KyvernoCLI {
+		return doc
+	}
+	spec, _ := doc.Object["spec"].(map[string]any)
+	ref, _ := spec["paramRef"].(map[string]any)
+	if ref == nil || ref["parameterNotFoundAction"] != nil {
+		return doc
+	}
+	newRef := maps.Clone(ref)
+	newRef["parameterNotFoundAction"] = string(admissionv1.AllowAction)
+	newSpec := maps.Clone(spec)
+	newSpec["paramRef"] = newRef
+	obj := maps.Clone(doc.Object)
+	obj["spec"] = newSpec
+	doc.Object = obj
+	return doc
+}
 
 // unboundMAP compiles a MutatingAdmissionPolicy no binding names into a mutator of its
 // own, as the Kyverno CLI applies it.
