@@ -91,7 +91,7 @@ type junitCase struct {
 type junitFailure struct {
 	Message string `xml:"message,attr"`
 	Type    string `xml:"type,attr"`
-	Text    string `xml:",chardata"`
+	Text    string `xml:",cdata"`
 }
 
 // WriteJUnit writes the report as JUnit XML: one testsuite per test file and test, one
