@@ -177,6 +177,9 @@ type kyvernoRun struct {
 	store *objects.Store
 	// unsupported maps the names of the policies morph does not evaluate to their kinds.
 	unsupported map[string]string
+	// dropsUnmatched names the MutatingPolicies whose non-matching responses the
+	// Kyverno CLI drops (processor.hasSelector), by name and namespace/name.
+	dropsUnmatched map[string]bool
 	loadErr     error
 	user        engine.UserInfo
 	operation   engine.Operation
@@ -233,7 +236,7 @@ func (r *Runner) runKyvernoTest(ctx context.Context, path string, t *kyvernoTest
 // loadKyverno reads everything a test names, relative to its folder, and loads the
 // policies with the Kyverno CLI's conventions.
 func (r *Runner) loadKyverno(dir string, t *kyvernoTest) (*kyvernoRun, error) {
-	run := &kyvernoRun{dir: dir, unsupported: map[string]string{}, operation: engine.Create}
+	run := &kyvernoRun{dir: dir, unsupported: map[string]string{}, dropsUnmatched: map[string]bool{}, operation: engine.Create}
 	var ctxDocs []policy.Document
 	add := func(paths []string, what string) error {
 		docs, err := readDocs(dir, paths)
@@ -343,6 +346,12 @@ func (r *Runner) loadKyverno(dir string, t *kyvernoTest) (*kyvernoRun, error) {
 			continue
 		}
 		docs = append(docs, d)
+		if (d.Kind() == "MutatingPolicy" || d.Kind() == "NamespacedMutatingPolicy") && simpleConstraints(d) {
+			run.dropsUnmatched[d.Name()] = true
+			if ns := d.Namespace(); ns != "" {
+				run.dropsUnmatched[ns+"/"+d.Name()] = true
+			}
+		}
 	}
 	newLoader := func(s *objects.Store) *policy.Loader { return r.Hooks.NewLoader(s, true) }
 	rt, err := offline.Load(newLoader, ctxDocs, docs, "policies")
@@ -385,6 +394,37 @@ func (r *Runner) loadKyverno(dir string, t *kyvernoTest) (*kyvernoRun, error) {
 		run.targets = append(run.targets, d)
 	}
 	return run, nil
+}
+
+// simpleConstraints is the Kyverno CLI's hasSelector (cmd/cli/kubectl-kyverno/processor):
+// matchConstraints with one resource rule and no resource names, no exclusions and no
+// namespace or object selector.
+func simpleConstraints(d policy.Document) bool {
+	spec, _ := d.Object["spec"].(map[string]any)
+	mc, _ := spec["matchConstraints"].(map[string]any)
+	if mc == nil {
+		return false
+	}
+	for _, sel := range []string{"namespaceSelector", "objectSelector"} {
+		if s, ok := mc[sel].(map[string]any); ok {
+			if l, _ := s["matchLabels"].(map[string]any); len(l) > 0 {
+				return false
+			}
+			if e, _ := s["matchExpressions"].([]any); len(e) > 0 {
+				return false
+			}
+		}
+	}
+	if ex, _ := mc["excludeResourceRules"].([]any); len(ex) > 0 {
+		return false
+	}
+	rules, _ := mc["resourceRules"].([]any)
+	if len(rules) != 1 {
+		return false
+	}
+	rule, _ := rules[0].(map[string]any)
+	names, _ := rule["resourceNames"].([]any)
+	return len(names) == 0
 }
 
 // normalized turns a value decoded by sigs.k8s.io/yaml into the form policy.Decode
@@ -510,11 +550,6 @@ func (ev evaluation) status(ids []engine.ID) (status, string) {
 			best = statusSkip
 		}
 	}
-	if best == statusExcluded && len(ids) > 0 && ids[0].Kind == "MutatingAdmissionPolicy" {
-		// The Kyverno CLI keeps no response for a MutatingAdmissionPolicy that does
-		// not match, so a result that names it is "Not found".
-		return statusNotFound, "the policy does not match the resource (the Kyverno CLI reports such a result as not found)"
-	}
 	return best, ""
 }
 
@@ -639,6 +674,12 @@ func (run *kyvernoRun) checkOne(path, test string, res *kyvernoResult, ev evalua
 		return failf("no policy %q is loaded", res.Policy)
 	}
 	st, msg := ev.status(ids)
+	if st == statusExcluded && (ids[0].Kind == "MutatingAdmissionPolicy" || run.dropsUnmatched[res.Policy]) {
+		// The Kyverno CLI keeps no response for a MutatingAdmissionPolicy that does not
+		// match, nor for a MutatingPolicy with a single resource rule and no selector,
+		// exclusion or resource names; a result that names it is "Not found".
+		st, msg = statusNotFound, "the policy does not match the resource (the Kyverno CLI reports such a result as not found)"
+	}
 	if st == statusExcluded {
 		c.Passed = true
 		c.Message = "excluded: the policy does not match the resource"
