@@ -655,6 +655,9 @@ func (run *kyvernoRun) check(ctx context.Context, r *Runner, path, test string, 
 // that name and failOnMissingResources is off.
 func (run *kyvernoRun) checkOne(path, test string, res *kyvernoResult, ev evaluation) (Case, bool) {
 	c := Case{File: path, Test: test, Name: fmt.Sprintf("%s %s: %s", res.Policy, describe(ev.doc), res.Result)}
+	if res.Operation != "" {
+		c.Name += " on " + strings.ToUpper(res.Operation)
+	}
 	failf := func(format string, args ...any) (Case, bool) {
 		c.Message = fmt.Sprintf(format, args...)
 		return c, true

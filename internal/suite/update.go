@@ -111,6 +111,12 @@ func spliceSnapshots(data []byte, snaps []snapshot) ([]byte, error) {
 	return []byte(strings.Join(lines, "")), nil
 }
 
+// parseNodesOnly parses every document of data (for checking what was written).
+func parseNodesOnly(data []byte) ([]*yamlv3.Node, error) {
+	docs, _, err := parseNodes(data, strings.SplitAfter(string(data), "\n"))
+	return docs, err
+}
+
 // parseNodes parses every document, returning each document's root mapping and the
 // sorted start lines of every node and document separator.
 func parseNodes(data []byte, lines []string) ([]*yamlv3.Node, []int, error) {
