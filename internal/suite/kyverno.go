@@ -180,12 +180,12 @@ type kyvernoRun struct {
 	// dropsUnmatched names the MutatingPolicies whose non-matching responses the
 	// Kyverno CLI drops (processor.hasSelector), by name and namespace/name.
 	dropsUnmatched map[string]bool
-	loadErr     error
-	user        engine.UserInfo
-	operation   engine.Operation
-	subs        []subresource
-	resources   []policy.Document
-	targets     []policy.Document
+	loadErr        error
+	user           engine.UserInfo
+	operation      engine.Operation
+	subs           []subresource
+	resources      []policy.Document
+	targets        []policy.Document
 }
 
 type subresource struct {
@@ -194,8 +194,9 @@ type subresource struct {
 	name   string
 }
 
-// unsupportedGroups are the policy groups morph does not evaluate, by group; a kind
-// listed is unsupported within a group morph otherwise reads.
+// unsupportedPolicy reports whether a document is a policy of a kind morph does not
+// evaluate: Kyverno ClusterPolicies and Policies, Kyverno's CEL policies other than
+// mutating ones, ValidatingAdmissionPolicies and their bindings.
 func unsupportedPolicy(d policy.Document) bool {
 	switch policy.Group(d.APIVersion()) {
 	case "kyverno.io":
@@ -611,9 +612,13 @@ func (run *kyvernoRun) check(ctx context.Context, r *Runner, path, test string, 
 		evals[op] = out
 		return out
 	}
+	// Targets are checked once mutated, as the Kyverno CLI keeps only the responses
+	// that patched a target.
 	var targetEvals []evaluation
 	for _, d := range run.targets {
-		targetEvals = append(targetEvals, run.evaluate(ctx, r, d, engine.Update, true))
+		if ev := run.evaluate(ctx, r, d, engine.Update, true); ev.err != nil || (ev.res != nil && ev.res.Changed()) {
+			targetEvals = append(targetEvals, ev)
+		}
 	}
 	var cases []Case
 	for i := range t.Results {
@@ -635,7 +640,7 @@ func (run *kyvernoRun) check(ctx context.Context, r *Runner, path, test string, 
 			}
 		}
 		for _, ev := range targetEvals {
-			if selected(res, ev.doc) && len(res.Resources)+len(res.ResourceSpecs) > 0 {
+			if selected(res, ev.doc) {
 				if c, ok := run.checkOne(path, test, res, ev); ok {
 					rows = append(rows, c)
 				}

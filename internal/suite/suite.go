@@ -6,9 +6,7 @@ package suite
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -249,13 +247,9 @@ func loadErrorText(err error) string {
 	return strings.Join(lines, "\n")
 }
 
-var errNoCases = errors.New("the test has no cases")
-
 func describe(d policy.Document) string {
 	if ns := d.Namespace(); ns != "" {
 		return fmt.Sprintf("%s %s/%s", d.Kind(), ns, d.Name())
 	}
 	return fmt.Sprintf("%s %s", d.Kind(), d.Name())
 }
-
-var _ = io.Discard
