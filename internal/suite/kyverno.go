@@ -189,9 +189,10 @@ type kyvernoRun struct {
 }
 
 type subresource struct {
-	kind   schema.GroupVersionKind
-	parent schema.GroupVersionKind
-	name   string
+	kind       schema.GroupVersionKind
+	parentKind schema.GroupVersionKind
+	parent     schema.GroupVersionResource
+	name       string
 }
 
 // unsupportedPolicy reports whether a document is a policy of a kind morph does not
@@ -310,11 +311,18 @@ func (r *Runner) loadKyverno(dir string, t *kyvernoTest) (*kyvernoRun, error) {
 		}
 		for _, s := range values.Subresources {
 			sub, parent := s.Subresource, s.ParentResource
-			_, subName, _ := strings.Cut(sub.Name, "/")
+			parentName, subName, ok := strings.Cut(sub.Name, "/")
+			if !ok {
+				return nil, fmt.Errorf("variables: subresources: subresource.name %q: use RESOURCE/SUBRESOURCE, as deployments/scale", sub.Name)
+			}
+			if parent.Name != "" {
+				parentName = parent.Name
+			}
 			run.subs = append(run.subs, subresource{
-				kind:   schema.GroupVersionKind{Group: sub.Group, Version: sub.Version, Kind: sub.Kind},
-				parent: schema.GroupVersionKind{Group: parent.Group, Version: parent.Version, Kind: parent.Kind},
-				name:   subName,
+				kind:       schema.GroupVersionKind{Group: sub.Group, Version: sub.Version, Kind: sub.Kind},
+				parentKind: schema.GroupVersionKind{Group: parent.Group, Version: parent.Version, Kind: parent.Kind},
+				parent:     schema.GroupVersionResource{Group: parent.Group, Version: parent.Version, Resource: parentName},
+				name:       subName,
 			})
 		}
 	}
@@ -483,7 +491,9 @@ func (run *kyvernoRun) evaluate(ctx context.Context, r *Runner, d policy.Documen
 	}
 	for _, s := range run.subs {
 		if s.kind == req.Kind {
-			req.Kind, req.SubResource = s.parent, s.name
+			// A request for the parent's subresource, as the Kyverno CLI makes it: the
+			// parent's kind and resource, the subresource's name.
+			req.Kind, req.Resource, req.SubResource = s.parentKind, s.parent, s.name
 		}
 	}
 	set := run.rt.Set

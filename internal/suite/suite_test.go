@@ -96,7 +96,7 @@ func TestDiscover(t *testing.T) {
 // TestSuites runs each testdata suite and compares the table with its golden file: the
 // golden files show every comparison rule passing and failing.
 func TestSuites(t *testing.T) {
-	for _, dir := range []string{"kyverno/tidy", "kyverno/status", "kyverno/map", "kyverno/values", "kyverno/legacy", "kyverno/unsupported", "morph/cases", "morph/loaderror"} {
+	for _, dir := range []string{"kyverno/tidy", "kyverno/status", "kyverno/map", "kyverno/values", "kyverno/subresources", "kyverno/legacy", "kyverno/unsupported", "morph/cases", "morph/loaderror"} {
 		t.Run(dir, func(t *testing.T) {
 			files, err := Discover([]string{filepath.Join("testdata", dir)})
 			if err != nil || len(files) != 1 {
