@@ -264,15 +264,32 @@ func (r *Runner) loadKyverno(dir string, t *kyvernoTest) (*kyvernoRun, error) {
 		}
 	}
 	if t.Context != "" {
+		file := resolve(dir, t.Context)
 		var c kyvernoContextFile
-		if err := strictFile(resolve(dir, t.Context), &c); err != nil {
+		if err := strictFile(file, &c); err != nil {
 			return nil, fmt.Errorf("context: %w", err)
 		}
-		if len(c.Spec.Images) > 0 {
-			return nil, fmt.Errorf("context %s: spec.images: morph's CEL dialect has no image.GetMetadata library to serve image data mocks to", t.Context)
-		}
 		for i, obj := range c.Spec.Resources {
-			ctxDocs = append(ctxDocs, policy.Document{File: resolve(dir, t.Context), Index: i + 1, Object: normalized(obj)})
+			ctxDocs = append(ctxDocs, policy.Document{File: file, Index: i + 1, Object: normalized(obj)})
+		}
+		if len(c.Spec.Images) > 0 {
+			// The image data mocks: the Context object itself is context, where the
+			// CEL dialect's image library looks for spec.images.
+			docs, err := readDocs(dir, []string{t.Context})
+			if err != nil {
+				return nil, fmt.Errorf("context: %w", err)
+			}
+			for _, d := range docs {
+				if d.Name() == "" {
+					md, _ := d.Object["metadata"].(map[string]any)
+					if md == nil {
+						md = map[string]any{}
+						d.Object["metadata"] = md
+					}
+					md["name"] = "context"
+				}
+				ctxDocs = append(ctxDocs, d)
+			}
 		}
 	}
 	values := t.Values
