@@ -627,6 +627,15 @@ func selected(res *kyvernoResult, d policy.Document) bool {
 }
 
 func (run *kyvernoRun) check(ctx context.Context, r *Runner, path, test string, t *kyvernoTest) []Case {
+	if run.loadErr != nil {
+		// Nothing was evaluated: one failure per result, with the load errors.
+		var cases []Case
+		for _, res := range t.Results {
+			cases = append(cases, Case{File: path, Test: test, Name: fmt.Sprintf("%s %s: %s", res.Policy, strings.Join(res.Resources, ","), res.Result),
+				Message: "policies could not be loaded:\n" + loadErrorText(run.loadErr)})
+		}
+		return cases
+	}
 	evals := map[engine.Operation][]evaluation{}
 	evalsFor := func(op engine.Operation) []evaluation {
 		if e, ok := evals[op]; ok {
@@ -693,9 +702,6 @@ func (run *kyvernoRun) checkOne(path, test string, res *kyvernoResult, ev evalua
 	failf := func(format string, args ...any) (Case, bool) {
 		c.Message = fmt.Sprintf(format, args...)
 		return c, true
-	}
-	if run.loadErr != nil {
-		return failf("policies could not be loaded:\n%s", loadErrorText(run.loadErr))
 	}
 	polName := res.Policy
 	if _, n, ok := strings.Cut(polName, "/"); ok {
