@@ -62,6 +62,10 @@ func spliceSnapshots(data []byte, snaps []snapshot) ([]byte, error) {
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
 	}
+	if n := len(lines); n > 0 && !strings.HasSuffix(lines[n-1], "\n") {
+		// Text inserted after the last line starts on a line of its own.
+		lines[n-1] += "\n"
+	}
 	docs, starts, err := parseNodes(data, lines)
 	if err != nil {
 		return nil, err
