@@ -1,8 +1,9 @@
 # morph: one mutation engine for Gatekeeper, CEL and Katalog policies.
 #
-#   make test    unit, race and lint, then end-to-end tests on a real kube-apiserver (CI runs this)
+#   make test    unit, suite, race and lint, then end-to-end tests on a real kube-apiserver (CI runs this)
 #   make unit    unit tests only (with the Gatekeeper differential test, whose oracle it
 #                builds and caches first)
+#   make suite   the policy test suites of examples/ (morph test examples/)
 #   make race    the packages that run goroutines, under the race detector
 #   make e2e     end-to-end tests only (builds and caches kube-apiserver, etcd, kubectl)
 #   make lint    gofmt, go vet, golangci-lint (pinned)
@@ -20,14 +21,14 @@ UNIT_PKGS              = $(shell $(GO) list ./... | grep -v /test/e2e)
 # The packages that run goroutines (servers, reloads, pools, deadlines).
 RACE_PKGS              = ./internal/engine/... ./internal/heapfloor/... ./internal/webhook/... ./internal/dialect/... ./cmd/morph/...
 
-.PHONY: all build test unit race examples lint bench fuzz clean
+.PHONY: all build test unit suite race examples lint bench fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/morph ./cmd/morph
 
-test: unit race lint e2e
+test: unit suite race lint e2e
 
 unit: $(if $(filter 0,$(MORPH_E2E)),,gatekeeper-oracle)
 	$(GO) mod download
@@ -35,6 +36,9 @@ unit: $(if $(filter 0,$(MORPH_E2E)),,gatekeeper-oracle)
 
 race:
 	$(GO) test -race -count=1 $(RACE_PKGS)
+
+suite: build
+	$(BIN)/morph test examples/
 
 examples: build
 	$(BIN)/morph apply -p examples/policies -f examples/manifests --context examples/context

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/offline"
 	"github.com/morph-dev/morph/internal/policy"
 	"github.com/morph-dev/morph/internal/request"
 )
@@ -124,60 +124,35 @@ func (o *applyOptions) validate() error {
 	return nil
 }
 
-// runtime is everything loaded from the command line.
-type runtime struct {
-	store    *objects.Store
-	policies request.Policies
-}
-
 // loadRuntime reads context and policies. Every problem is printed; the error only
 // carries the exit code.
-func loadRuntime(rd policy.Reader, newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*runtime, error) {
-	store := objects.NewStore()
+func loadRuntime(rd policy.Reader, newLoader func(*objects.Store) *policy.Loader, policyPaths, contextPaths []string, stdin io.Reader, stderr io.Writer) (*offline.Runtime, error) {
 	ctxDocs, err := rd.Read(contextPaths, stdin)
 	if err != nil {
 		return nil, err
-	}
-	for _, d := range ctxDocs {
-		if err := store.Add(d.Object); err != nil {
-			return nil, fmt.Errorf("%s: %w", d.Where(), err)
-		}
 	}
 	docs, err := rd.Read(policyPaths, stdin)
 	if err != nil {
 		return nil, err
 	}
-	loader := newLoader(store)
-	// Non-policy documents among the policies are context (CRDs, params, Namespaces).
-	// They are added before compiling, so that policies can use them.
-	var policyDocs []policy.Document
-	for _, d := range docs {
-		if loader.Known(d) {
-			policyDocs = append(policyDocs, d)
-			continue
+	rt, err := offline.Load(newLoader, ctxDocs, docs, strings.Join(policyPaths, ", "))
+	var loadErr *offline.LoadError
+	if errors.As(err, &loadErr) {
+		for _, w := range loadErr.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
 		}
-		if err := store.Add(d.Object); err != nil {
-			return nil, fmt.Errorf("%s: %w", d.Where(), err)
-		}
-	}
-	if len(policyDocs) == 0 {
-		return nil, fmt.Errorf("%s: %w", strings.Join(policyPaths, ", "), policy.ErrNoPolicies)
-	}
-	bundle, _, err := loader.Load(policyDocs)
-	for _, w := range bundle.Warnings {
-		fmt.Fprintln(stderr, "warning:", w)
-	}
-	if err != nil {
-		for _, e := range policy.Errors(err) {
+		for _, e := range loadErr.Errs {
 			fmt.Fprintln(stderr, "error:", e)
 		}
 		return nil, reportedError{errors.New("policies could not be loaded")}
 	}
-	set, err := engine.NewSet(bundle.Mutators, bundle.Finalizers...)
 	if err != nil {
 		return nil, err
 	}
-	return &runtime{store: store, policies: request.Policies{Set: set, Validators: engine.NewValidators(bundle.Validators)}}, nil
+	for _, w := range rt.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	return rt, nil
 }
 
 func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -193,7 +168,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	}
 	// Namespaced context objects that name no namespace are in --namespace, as the API
 	// server would have put them.
-	rt.store.DefaultNamespace(o.namespace)
+	rt.Store.DefaultNamespace(o.namespace)
 	inputs, err := o.reader.Read(o.files, stdin)
 	if err != nil {
 		return err
@@ -202,7 +177,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
-	user, err := readUserInfo(o.userinfo)
+	user, err := offline.ReadUserInfo(o.userinfo)
 	if err != nil {
 		return err
 	}
@@ -226,7 +201,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			// An existing object is mutated as an update of itself.
 			reqOp = engine.Update
 		}
-		req, err := o.request(rt.store, d, reqOp, olds, user)
+		req, err := o.request(rt.Store, d, reqOp, olds, user)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
 			failed++
@@ -238,10 +213,10 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			// An existing object is mutated as the background controller does: by the
 			// policies that mutate existing objects, as an update of itself.
 			req.OldObject, req.Background = req.Object, true
-			res, err = rt.policies.Set.Mutate(ctx, req)
+			res, err = rt.Set.Mutate(ctx, req)
 		} else {
 			var ev *request.Evaluation
-			if ev, err = request.Evaluate(ctx, rt.policies, req, mode); err == nil {
+			if ev, err = request.Evaluate(ctx, rt.Policies(), req, mode); err == nil {
 				res, violations = ev.Result, ev.Violations
 			}
 		}
@@ -290,47 +265,13 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 }
 
 func (o *applyOptions) request(store *objects.Store, d policy.Document, op engine.Operation, olds []policy.Document, user engine.UserInfo) (*engine.Request, error) {
-	gv, err := schema.ParseGroupVersion(d.APIVersion())
-	if err != nil || d.Kind() == "" {
-		return nil, fmt.Errorf("not a Kubernetes object: apiVersion and kind are required")
+	req, err := offline.NewRequest(store, d, offline.RequestOptions{
+		Operation: op, Namespace: o.namespace, Source: engine.Source(o.source), Olds: olds, UserInfo: user,
+	})
+	if err == nil && o.subresource != "" {
+		req.Resource, req.SubResource = subresourceRequest(req.Kind, o.subresource)
 	}
-	gvk := gv.WithKind(d.Kind())
-	obj := d.Object
-	ns := d.Namespace()
-	if ns == "" && store.Namespaced(gvk.Group, gvk.Kind) {
-		ns = o.namespace
-	}
-	req := &engine.Request{
-		UID:       "", // offline requests carry no uid
-		Kind:      gvk,
-		Operation: op,
-		Namespace: ns,
-		Name:      d.Name(),
-		Object:    obj,
-		UserInfo:  user,
-		Source:    engine.Source(o.source),
-	}
-	if req.Source == engine.SourceAll {
-		req.Source = engine.SourceOriginal
-	}
-	if o.subresource != "" {
-		req.Resource, req.SubResource = subresourceRequest(gvk, o.subresource)
-	}
-	for _, old := range olds {
-		if old.APIVersion() == d.APIVersion() && old.Kind() == d.Kind() && old.Name() == d.Name() &&
-			(old.Namespace() == d.Namespace() || old.Namespace() == ns) {
-			req.OldObject = old.Object
-			break
-		}
-	}
-	if (op == engine.Update || op == engine.Delete) && req.OldObject == nil && len(olds) > 0 {
-		return nil, fmt.Errorf("no object in --old matches %s %s/%s", d.Kind(), ns, d.Name())
-	}
-	if op == engine.Delete && req.OldObject == nil {
-		req.OldObject = obj
-	}
-	req.NamespaceObject = request.NamespaceObject(store, gvk, ns, req.Object, req.OldObject, request.AssumeCreated)
-	return req, nil
+	return req, err
 }
 
 // subresourceRequest names the resource and subresource of a subresource request for an
@@ -355,21 +296,6 @@ func subresourceRequest(gvk schema.GroupVersionKind, flag string) (schema.GroupV
 	}
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
 	return plural, sub
-}
-
-func readUserInfo(path string) (engine.UserInfo, error) {
-	var u engine.UserInfo
-	if path == "" {
-		return u, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return u, fmt.Errorf("--userinfo: %w", err)
-	}
-	if err := yaml.UnmarshalStrict(data, &u); err != nil {
-		return u, fmt.Errorf("--userinfo %s: expected username, uid, groups and extra: %w", path, err)
-	}
-	return u, nil
 }
 
 func (o *applyOptions) print(w io.Writer, outputs []map[string]any, patches []engine.Patch) error {

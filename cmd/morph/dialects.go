@@ -10,6 +10,7 @@ import (
 	"github.com/morph-dev/morph/internal/dialect/katalog"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+	"github.com/morph-dev/morph/internal/suite"
 )
 
 // newDialects builds the loader for every dialect morph reads. This is the one place
@@ -30,9 +31,33 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 	)
 }
 
+// testHooks gives morph test what it needs from the dialects: loaders, with the Kyverno
+// CLI's conventions for kyverno-test.yaml suites (which also make the CEL dialect note
+// the policies that matched).
+func testHooks(opts *dialectOptions) suite.Hooks {
+	return suite.Hooks{
+		NewLoader: func(store *objects.Store, kyvernoCLI bool) *policy.Loader {
+			return policy.NewLoader(
+				gatekeeper.New(gatekeeper.Options{
+					Objects:             store,
+					MutationAnnotations: opts.mutationAnnotations,
+					AllowExternalData:   opts.allowExternalData,
+				}),
+				cel.New(cel.Options{
+					Objects:        store,
+					HTTPAllowHosts: opts.httpAllowHosts,
+					KyvernoCLI:     kyvernoCLI,
+				}),
+				katalog.New(katalog.Options{Objects: store}),
+			)
+		},
+	}
+}
+
 // addDialectCommands adds the commands that belong to one dialect.
-func addDialectCommands(root *cobra.Command, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) {
+func addDialectCommands(root *cobra.Command, opts *dialectOptions, newLoader func(*objects.Store) *policy.Loader, stdin io.Reader, stdout, stderr io.Writer) {
 	root.AddCommand(newConvertCommand(stdin, stdout, stderr))
+	root.AddCommand(newTestCommand(testHooks(opts), stdout))
 	generate := &cobra.Command{
 		Use:   "generate",
 		Short: "Generate Kubernetes objects from policies",

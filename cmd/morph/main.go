@@ -116,7 +116,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		newServeCommand(newLoader, newClusterLoader, stdout, stderr),
 		newVersionCommand(stdout),
 	)
-	addDialectCommands(root, newLoader, stdin, stdout, stderr)
+	addDialectCommands(root, opts, newLoader, stdin, stdout, stderr)
 	return root
 }
 

@@ -140,6 +140,11 @@ const (
 	// NoteNondeterministic says the evaluation used a nondeterministic function
 	// (random, time.now), so the same input may give another result.
 	NoteNondeterministic NoteKind = "Nondeterministic"
+	// NoteMatched says the policy matched the object (Reason "constraints") and passed
+	// its match conditions too (Reason "conditions"), whether or not it changed it: what
+	// a test runner reports as pass or skip. Dialects report it when asked to (the
+	// Kyverno CLI's conventions of morph test), not on the hot path.
+	NoteMatched NoteKind = "Matched"
 )
 
 // Note is a fact a policy reports for one request, beyond the changes it made. Policies

@@ -37,6 +37,9 @@ type Options struct {
 	HTTPAllowHosts []string
 	// HTTPTimeout bounds each http.Get/Post call (default 10s).
 	HTTPTimeout time.Duration
+	// KyvernoCLI follows the Kyverno CLI's conventions instead of the cluster's, for
+	// suites written for `kyverno test` (see testconventions.go).
+	KyvernoCLI bool
 }
 
 // OrderAnnotation sets a policy's place in the engine's order (an integer, default 0).
@@ -139,7 +142,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			maps[p.Name] = &mapEntry{doc: doc, policy: p, prog: prog}
 			mapOrder = append(mapOrder, p.Name)
 		case kindMAPBinding:
-			bindings = append(bindings, doc)
+			bindings = append(bindings, d.kyvernoCLIBinding(doc))
 		default:
 			kyverno = append(kyverno, doc)
 		}
@@ -187,7 +190,14 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 		b.Mutators = append(b.Mutators, m.compiled())
 	}
 	for _, name := range mapOrder {
-		if e := maps[name]; e.bindings == 0 {
+		if e := maps[name]; e.bindings == 0 && d.opts.KyvernoCLI {
+			m, err := d.unboundMAP(e.doc, e.policy, e.prog)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			b.Mutators = append(b.Mutators, m.compiled())
+		} else if e.bindings == 0 {
 			b.Warnings = append(b.Warnings, fmt.Sprintf("%s: no MutatingAdmissionPolicyBinding binds the policy, so it does nothing (as in Kubernetes): add a binding", e.doc.Where()))
 		}
 	}

@@ -62,6 +62,7 @@ func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *
 	if !ok {
 		return nil, nil
 	}
+	m.noteMatched(inv, "conditions")
 	if len(p.nondeterministic) > 0 {
 		inv.notes = append(inv.notes, engine.Note{Kind: engine.NoteNondeterministic, Message: strings.Join(p.nondeterministic, ", ")})
 	}

@@ -190,6 +190,7 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	if err != nil || inv == nil {
 		return obj, err
 	}
+	m.noteMatched(inv, "constraints")
 	in := m.d.withRequestNamespace(canonical(obj, req.Kind), req)
 	old := m.d.withRequestNamespace(canonical(req.OldObject, req.Kind), req)
 	out, err := m.evaluateWithin(ctx, req, in, old, inv)
@@ -301,6 +302,7 @@ func (m *Mutator) evaluate(ctx context.Context, req *engine.Request, obj, old ma
 				continue
 			}
 		}
+		m.noteMatched(inv, "conditions")
 		var errs []error
 		for i, p := range m.prog.patchers {
 			if va.VersionedObject.Object() == nil {
@@ -383,6 +385,9 @@ func objectName(req *engine.Request, obj map[string]any) string {
 func (m *Mutator) collectParams(namespace string) ([]runtime.Object, error) {
 	if m.paramKind == nil || m.paramRef == nil {
 		return []runtime.Object{nil}, nil
+	}
+	if m.d.opts.KyvernoCLI {
+		return m.kyvernoCLIParams()
 	}
 	store := m.d.opts.Objects
 	gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion)
