@@ -234,22 +234,44 @@ func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	return nil
 }
 
+// Validity of generated certificates.
+const (
+	// CAValidity is how long a generated CA is valid.
+	CAValidity = 10 * 365 * 24 * time.Hour
+	// ServingValidity is how long a generated serving certificate is valid.
+	ServingValidity = 365 * 24 * time.Hour
+)
+
 // GenerateCertificates creates a CA (valid 10 years) and a serving certificate signed by
 // it (valid 1 year) for hosts, and returns them PEM encoded with the serving key.
 func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM []byte, err error) {
+	caPEM, caKeyPEM, err := GenerateCA(now, CAValidity)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	certPEM, keyPEM, err = IssueServingCertificate(caPEM, caKeyPEM, hosts, now, ServingValidity)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return caPEM, certPEM, keyPEM, nil
+}
+
+// GenerateCA creates a self-signed CA (ECDSA P-256) valid from an hour before now for
+// validity, and returns it and its key PEM encoded.
+func GenerateCA(now time.Time, validity time.Duration) (caPEM, caKeyPEM []byte, err error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generating the CA key: %w", err)
+		return nil, nil, fmt.Errorf("generating the CA key: %w", err)
 	}
 	caSerial, err := serial()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	caTemplate := &x509.Certificate{
 		SerialNumber:          caSerial,
 		Subject:               pkix.Name{CommonName: "morph webhook CA"},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
+		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -257,27 +279,56 @@ func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	keyDER, err := x509.MarshalECPrivateKey(caKey)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("encoding the CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// IssueServingCertificate creates a serving certificate (ECDSA P-256) for hosts (IP
+// addresses or DNS names), signed by the CA of caPEM (its first certificate) and
+// caKeyPEM, valid for validity from now (never past the CA's end; backdated by an hour,
+// or a tenth of a validity under 10 hours), and
+// returns it and its key PEM encoded.
+func IssueServingCertificate(caPEM, caKeyPEM []byte, hosts []string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if len(hosts) == 0 {
+		return nil, nil, errors.New("a serving certificate needs at least one host name or IP address")
+	}
+	caPair, err := tls.X509KeyPair(caPEM, caKeyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the CA: %w", err)
+	}
+	ca := caPair.Leaf
+	if ca == nil {
+		if ca, err = x509.ParseCertificate(caPair.Certificate[0]); err != nil {
+			return nil, nil, fmt.Errorf("reading the CA: %w", err)
+		}
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generating the serving key: %w", err)
+		return nil, nil, fmt.Errorf("generating the serving key: %w", err)
 	}
 	certSerial, err := serial()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
+	}
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
 	}
 	template := &x509.Certificate{
 		SerialNumber: certSerial,
 		Subject:      pkix.Name{CommonName: hosts[0]},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(1, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Backdated for clocks behind ours, by a tenth of a short validity, so that a
+		// renewal at two thirds of the lifetime comes after the issue.
+		NotBefore:   now.Add(-min(time.Hour, validity/10)),
+		NotAfter:    notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -286,16 +337,15 @@ func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM
 			template.DNSNames = append(template.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caPair.PrivateKey)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating the serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("creating the serving certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("encoding the serving key: %w", err)
+		return nil, nil, fmt.Errorf("encoding the serving key: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 

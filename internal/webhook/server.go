@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -41,6 +42,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time (time.Now when nil).
 	Now func() time.Time
+	// Loaded, when set, is called with each snapshot right after the server switched to
+	// it, on the goroutine that loaded it: the cluster code registers webhooks and
+	// caBundles for what the server serves. It must not block.
+	Loaded func(*Snapshot)
 }
 
 // Server answers admission and conversion reviews with the policies of its Source. Build
@@ -117,6 +122,10 @@ func New(opts Options) (*Server, error) {
 // Handler returns the server's HTTP handler (all endpoints), for tests and for embedding.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// Metrics is the registry /metrics serves, for the metrics of the code around the server
+// (leader election, registration).
+func (s *Server) Metrics() prometheus.Registerer { return s.metrics.registry }
+
 // Ready reports whether a policy set is loaded.
 func (s *Server) Ready() bool { return s.rt.Load() != nil }
 
@@ -153,6 +162,9 @@ func (s *Server) load(fp string) error {
 	s.mu.Lock()
 	s.loadErr = sourceError{}
 	s.mu.Unlock()
+	if s.opts.Loaded != nil {
+		s.opts.Loaded(snap)
+	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.setPolicies(rt.counts)
 	s.log.Info("policies loaded", "mutators", rt.counts.Mutators, "finalizers", rt.counts.Finalizers,
