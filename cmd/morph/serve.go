@@ -58,6 +58,9 @@ type serveOptions struct {
 	// empty when the default applies.
 	admissionSet  string
 	conversionSet string
+
+	// cluster are the cluster-mode flags (serve_cluster_webhooks.go).
+	cluster clusterWebhookOptions
 }
 
 // newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
@@ -141,6 +144,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", webhook.DefaultShutdownGrace, "how long in-flight requests may take to finish on shutdown")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug (one line per request), info, warn or error")
+	o.cluster.addFlags(f)
 	f.StringVar(&o.heapFloor, "gc-heap-floor", resource.NewQuantity(heapfloor.DefaultSize, resource.BinarySI).String(), "heap size below which the garbage collector does not run (a quantity; 0 leaves Go's pacing alone; GOMEMLIMIT still caps it)")
 }
 
@@ -207,7 +211,7 @@ func (o *serveOptions) check() error {
 		return usagef("%s requires %s — set %s (or --tls-key) to the key of %s", envTLSCert, envTLSKey, envTLSKey, envTLSCert)
 	case o.tlsKey != "" && o.tlsCert == "":
 		return usagef("%s requires %s — set %s (or --tls-cert) to the certificate of %s", envTLSKey, envTLSCert, envTLSCert, envTLSKey)
-	case o.tlsCert == "" && o.certDir == "":
+	case o.tlsCert == "" && o.certDir == "" && !o.cluster.enabled(o.policies):
 		return usagef("%s is required — set %s and %s (--tls-cert, --tls-key), or give --cert-dir DIR to use or generate a certificate there", envTLSCert, envTLSCert, envTLSKey)
 	case o.shutdownGrace <= 0:
 		return usagef("--shutdown-grace must be positive")
@@ -286,6 +290,9 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	floorDone := make(chan struct{})
 	go func() { heapfloor.Keep(floorCtx, heapFloor, log); close(floorDone) }()
 	defer func() { stopFloor(); <-floorDone }()
+	if o.cluster.enabled(o.policies) {
+		return o.runCluster(ctx, newLoader, log, maxBody)
+	}
 	certFile, keyFile := o.tlsCert, o.tlsKey
 	if o.certDir != "" {
 		hosts, err := webhook.CertificateHosts(o.addr, o.dnsNames)
