@@ -42,6 +42,8 @@ type Rotator struct {
 	Log *slog.Logger
 
 	rotations *prometheus.CounterVec
+	// changed is the Rotator's subscription to the Store, made at the first Run.
+	changed <-chan struct{}
 }
 
 // NewRotator returns a Rotator with its metrics; fill in the fields before Run.
@@ -71,7 +73,9 @@ func (r *Rotator) Collectors() []prometheus.Collector { return []prometheus.Coll
 // Secret, and at the next renewal time. An API error ends Run (the elector runs it
 // again).
 func (r *Rotator) Run(ctx context.Context) error {
-	changed := r.Store.Changed()
+	if r.changed == nil {
+		r.changed = r.Store.Changed()
+	}
 	for {
 		next, err := r.Reconcile(ctx)
 		if err != nil {
@@ -83,7 +87,7 @@ func (r *Rotator) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil
-		case <-changed:
+		case <-r.changed:
 		case <-timer.C:
 		}
 		timer.Stop()
