@@ -133,8 +133,13 @@ func New(cfg Config) (*Elector, error) {
 // Identity is this replica's name in the Lease.
 func (e *Elector) Identity() string { return e.cfg.Identity }
 
-// Leading reports whether this replica leads now.
-func (e *Elector) Leading() bool { return e.leading.Load() }
+// Leading reports whether this replica leads now: false from the moment the writers'
+// context ends.
+func (e *Elector) Leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running != nil && e.running.Err() == nil
+}
 
 // Collectors are the elector's metrics: morph_leader_is_leader and
 // morph_leader_transitions_total.

@@ -115,6 +115,11 @@ func (c *Configs) Reconcile(ctx context.Context) error {
 
 func (c *Configs) syncMutating(ctx context.Context, want *admissionregistrationv1.MutatingWebhookConfiguration) (err error) {
 	defer c.count(objectMutating, &err)
+	if want != nil {
+		for i := range want.Webhooks {
+			want.Webhooks[i].ObjectSelector = objectSelector(want.Webhooks[i].ObjectSelector)
+		}
+	}
 	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	have, err := c.mutating.Get(c.Options.Name)
 	switch {
@@ -135,11 +140,6 @@ func (c *Configs) syncMutating(ctx context.Context, want *admissionregistrationv
 		c.wrote(objectMutating, "delete")
 		return nil
 	}
-	for i := range want.Webhooks {
-		if want.Webhooks[i].ObjectSelector == nil { // the API server's default
-			want.Webhooks[i].ObjectSelector = &metav1.LabelSelector{}
-		}
-	}
 	if apiequality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) && hasLabels(have.Labels) {
 		return nil
 	}
@@ -154,6 +154,11 @@ func (c *Configs) syncMutating(ctx context.Context, want *admissionregistrationv
 
 func (c *Configs) syncValidating(ctx context.Context, want *admissionregistrationv1.ValidatingWebhookConfiguration) (err error) {
 	defer c.count(objectValidating, &err)
+	if want != nil {
+		for i := range want.Webhooks {
+			want.Webhooks[i].ObjectSelector = objectSelector(want.Webhooks[i].ObjectSelector)
+		}
+	}
 	api := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	have, err := c.validating.Get(c.Options.Name)
 	switch {
@@ -173,11 +178,6 @@ func (c *Configs) syncValidating(ctx context.Context, want *admissionregistratio
 		}
 		c.wrote(objectValidating, "delete")
 		return nil
-	}
-	for i := range want.Webhooks {
-		if want.Webhooks[i].ObjectSelector == nil {
-			want.Webhooks[i].ObjectSelector = &metav1.LabelSelector{}
-		}
 	}
 	if apiequality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) && hasLabels(have.Labels) {
 		return nil
@@ -200,6 +200,15 @@ func (c *Configs) count(object string, err *error) {
 	if *err != nil {
 		c.Metrics.errors.WithLabelValues(object).Inc()
 	}
+}
+
+// objectSelector is sel as the API server stores it: {} when unset, so that what is
+// written compares equal to what is read back.
+func objectSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
+	if sel == nil {
+		return &metav1.LabelSelector{}
+	}
+	return sel
 }
 
 func hasLabels(labels map[string]string) bool {
