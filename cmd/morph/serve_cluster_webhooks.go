@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/morph-dev/morph/internal/cluster/certs"
 	"github.com/morph-dev/morph/internal/cluster/leader"
@@ -170,6 +171,9 @@ func (o *serveOptions) externalCABundle() (registration.StaticCABundle, error) {
 // without certificates given from outside, serving certificates from the Secret.
 func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, log *slog.Logger, maxBody int64) error {
 	c := &o.cluster
+	// client-go (leader election, informers) logs through klog: send it to morph's log,
+	// in morph's format.
+	klog.SetSlogLogger(log.With("source", "client-go"))
 	if err := c.resolveNamespace(); err != nil {
 		return err
 	}
