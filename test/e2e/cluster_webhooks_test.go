@@ -144,7 +144,7 @@ func getMorphMutating(t *testing.T) (*admissionregistrationv1.MutatingWebhookCon
 	return Current(t).Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "morph", metav1.GetOptions{})
 }
 
-// mutatingResources lists "resource@url" for every rule of every webhook.
+// mutatingResources lists "resource@url" for the rules of every webhook, once each.
 func mutatingResources(m *admissionregistrationv1.MutatingWebhookConfiguration) []string {
 	var out []string
 	for _, w := range m.Webhooks {
@@ -155,7 +155,7 @@ func mutatingResources(m *admissionregistrationv1.MutatingWebhookConfiguration) 
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out) // a resource may appear in rules of several versions
 }
 
 // awaitRegistration waits until the mutating configuration sends want (resources, in
