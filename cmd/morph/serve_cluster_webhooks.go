@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -166,22 +167,128 @@ func (o *serveOptions) externalCABundle() (registration.StaticCABundle, error) {
 	return data, nil
 }
 
-// runCluster is morph serve in cluster mode: the server of folder mode, plus the
-// leader-only writers (certificate Secret, webhook configurations, CRD caBundles) and,
-// without certificates given from outside, serving certificates from the Secret.
-func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, log *slog.Logger, maxBody int64) error {
+// clusterWebhooks is what cluster mode adds around the webhook server for webhooks,
+// certificates and leader election: built by setupClusterWebhooks before the server,
+// then serve runs the server with it. Leader-only work of other parts is added with
+// Elector.Add before serve (or at any time).
+type clusterWebhooks struct {
+	Elector *leader.Elector
+	// Policies.Loaded is the server's webhook.Options.Loaded hook.
+	Policies   *registration.Policies
+	tlsConfig  func(*webhook.Server) *tls.Config
+	collectors []prometheus.Collector
+	background []func(context.Context)
+	log        *slog.Logger
+}
+
+// setupClusterWebhooks builds the elector and its writers (certificate Secret, webhook
+// configurations, CRD caBundles) and the serving certificates: the Secret's, or the
+// files given from outside.
+func (o *serveOptions) setupClusterWebhooks(kube kubernetes.Interface, apiext apiextensionsclient.Interface, log *slog.Logger) (*clusterWebhooks, error) {
 	c := &o.cluster
-	// client-go (leader election, informers) logs through klog: send it to morph's log,
-	// in morph's format.
-	klog.SetSlogLogger(log.With("source", "client-go"))
 	if err := c.resolveNamespace(); err != nil {
-		return err
+		return nil, err
 	}
 	regOpts, err := c.configOptions()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cfg, err := c.restConfig()
+	electorCfg := leader.Config{Namespace: c.namespace, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod, Logger: log}
+	if c.leaderElect {
+		electorCfg.Client = kube
+	}
+	elector, err := leader.New(electorCfg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	log.Info("cluster mode", "namespace", c.namespace, "identity", elector.Identity(), "leaderElection", c.leaderElect)
+	w := &clusterWebhooks{Elector: elector, Policies: &registration.Policies{}, log: log}
+	regMetrics := registration.NewMetrics()
+	w.collectors = append(elector.Collectors(), regMetrics.Collectors()...)
+	var caBundle registration.CABundle
+	var caChanged, crdWake <-chan struct{}
+	if o.certDir != "" || o.tlsCert != "" {
+		certFile, keyFile, err := o.certificateFiles(log)
+		if err != nil {
+			return nil, err
+		}
+		files, err := webhook.LoadCertificates(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		bundle, err := o.externalCABundle()
+		if err != nil {
+			return nil, err
+		}
+		if bundle == nil {
+			log.Warn("certificates given from outside and no --ca-file: webhook configurations get no caBundle and CRD caBundles are not updated")
+		}
+		caBundle = bundle
+		w.tlsConfig = func(s *webhook.Server) *tls.Config { return s.TLSConfig(files) }
+	} else {
+		hosts, err := c.certificateHosts(o.dnsNames)
+		if err != nil {
+			return nil, err
+		}
+		store := certs.NewStore(log)
+		rotator := certs.NewRotator()
+		rotator.Client, rotator.Namespace, rotator.Hosts, rotator.Validity, rotator.Store, rotator.Log = kube, c.namespace, hosts, c.certValidity, store, log
+		elector.Add("certificates", rotator)
+		w.collectors = append(w.collectors, store.Collectors()...)
+		w.collectors = append(w.collectors, rotator.Collectors()...)
+		caBundle, caChanged, crdWake = store, store.Changed(), store.Changed()
+		w.tlsConfig = func(*webhook.Server) *tls.Config { return store.TLSConfig() }
+		w.background = append(w.background, func(ctx context.Context) { store.Watch(ctx, kube, c.namespace) })
+		log.Info("certificates kept in a Secret", "secret", c.namespace+"/"+certs.SecretName, "hosts", strings.Join(hosts, ","))
+	}
+	if o.admission {
+		elector.Add("webhook-configurations", &registration.Configs{
+			Client: kube, Options: regOpts, CA: caBundle, Policies: w.Policies, Wake: caChanged, Log: log, Metrics: regMetrics,
+		})
+	}
+	if o.conversion {
+		elector.Add("crd-cabundles", &registration.CRDCABundles{
+			Client: apiext, CA: caBundle, Policies: w.Policies, Wake: crdWake, Log: log, Metrics: regMetrics,
+		})
+	}
+	return w, nil
+}
+
+// serve registers the metrics on server, starts the certificate informer and the
+// election, and serves until ctx ends; the writers stop and the Lease is released
+// after the server stopped.
+func (w *clusterWebhooks) serve(ctx context.Context, server *webhook.Server, addr string, opts webhook.ServeOptions) error {
+	for _, col := range w.collectors {
+		if err := server.Registerer().Register(col); err != nil {
+			return fmt.Errorf("cluster mode metrics: %w", err)
+		}
+	}
+	var wg sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	for _, run := range w.background {
+		wg.Go(func() { run(bgCtx) })
+	}
+	wg.Go(func() {
+		if err := w.Elector.Run(bgCtx); err != nil {
+			w.log.Error("leader election stopped", "error", err)
+		}
+	})
+	defer func() { stopBackground(); wg.Wait() }()
+	opts.TLS = w.tlsConfig(server)
+	err := server.ListenAndServe(ctx, addr, opts)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("morph serve: %w", err)
+	}
+	return nil
+}
+
+// runCluster is morph serve in cluster mode with policies from --policies: the server
+// of folder mode with the webhooks, certificates and leader election of cluster mode.
+func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, log *slog.Logger, maxBody int64) error {
+	// client-go (leader election, informers) logs through klog: send it to morph's log,
+	// in morph's format.
+	klog.SetSlogLogger(log.With("source", "client-go"))
+	cfg, err := o.cluster.restConfig()
 	if err != nil {
 		return err
 	}
@@ -193,74 +300,10 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)
 	}
-	electorCfg := leader.Config{Namespace: c.namespace, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod, Logger: log}
-	if c.leaderElect {
-		electorCfg.Client = kube
-	}
-	elector, err := leader.New(electorCfg)
+	w, err := o.setupClusterWebhooks(kube, apiext, log)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
-	log.Info("cluster mode", "namespace", c.namespace, "identity", elector.Identity(), "leaderElection", c.leaderElect)
-
-	policies := &registration.Policies{}
-	regMetrics := registration.NewMetrics()
-	collectors := append(elector.Collectors(), regMetrics.Collectors()...)
-	var (
-		caBundle   registration.CABundle
-		caChanged  <-chan struct{}
-		tlsConfig  func(*webhook.Server) *tls.Config
-		background []func(context.Context)
-	)
-	if o.certDir != "" || o.tlsCert != "" {
-		certFile, keyFile, err := o.certificateFiles(log)
-		if err != nil {
-			return err
-		}
-		files, err := webhook.LoadCertificates(certFile, keyFile)
-		if err != nil {
-			return err
-		}
-		bundle, err := o.externalCABundle()
-		if err != nil {
-			return err
-		}
-		if bundle == nil {
-			log.Warn("certificates given from outside and no --ca-file: webhook configurations get no caBundle and CRD caBundles are not updated")
-		}
-		caBundle = bundle
-		tlsConfig = func(s *webhook.Server) *tls.Config { return s.TLSConfig(files) }
-	} else {
-		hosts, err := c.certificateHosts(o.dnsNames)
-		if err != nil {
-			return err
-		}
-		store := certs.NewStore(log)
-		rotator := certs.NewRotator()
-		rotator.Client, rotator.Namespace, rotator.Hosts, rotator.Validity, rotator.Store, rotator.Log = kube, c.namespace, hosts, c.certValidity, store, log
-		elector.Add("certificates", rotator)
-		collectors = append(collectors, store.Collectors()...)
-		collectors = append(collectors, rotator.Collectors()...)
-		caBundle, caChanged = store, store.Changed()
-		tlsConfig = func(*webhook.Server) *tls.Config { return store.TLSConfig() }
-		background = append(background, func(ctx context.Context) { store.Watch(ctx, kube, c.namespace) })
-		log.Info("certificates kept in a Secret", "secret", c.namespace+"/"+certs.SecretName, "hosts", strings.Join(hosts, ","))
-	}
-	if o.admission {
-		elector.Add("webhook-configurations", &registration.Configs{
-			Client: kube, Options: regOpts, CA: caBundle, Policies: policies, Wake: caChanged, Log: log, Metrics: regMetrics,
-		})
-	}
-	if o.conversion {
-		var wake <-chan struct{}
-		if s, ok := caBundle.(*certs.Store); ok {
-			wake = s.Changed()
-		}
-		elector.Add("crd-cabundles", &registration.CRDCABundles{
-			Client: apiext, CA: caBundle, Policies: policies, Wake: wake, Log: log, Metrics: regMetrics,
-		})
-	}
-
 	server, err := webhook.New(webhook.Options{
 		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader},
 		Admission:      o.admission,
@@ -268,39 +311,16 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 		MaxBody:        maxBody,
 		RequestTimeout: o.requestTimeout,
 		Logger:         log,
-		Loaded:         policies.Loaded,
+		Loaded:         w.Policies.Loaded,
 	})
 	if err != nil {
 		return err
 	}
-	for _, col := range collectors {
-		if err := server.Metrics().Register(col); err != nil {
-			return fmt.Errorf("cluster mode metrics: %w", err)
-		}
-	}
-
-	var wg sync.WaitGroup
-	bgCtx, stopBackground := context.WithCancel(ctx)
-	for _, run := range background {
-		wg.Go(func() { run(bgCtx) })
-	}
-	wg.Go(func() {
-		if err := elector.Run(bgCtx); err != nil {
-			log.Error("leader election stopped", "error", err)
-		}
-	})
-	// The writers stop (and the Lease is released) when the server has stopped.
-	defer func() { stopBackground(); wg.Wait() }()
-	err = server.ListenAndServe(ctx, o.addr, webhook.ServeOptions{
-		TLS:            tlsConfig(server),
+	return w.serve(ctx, server, o.addr, webhook.ServeOptions{
 		HTTP2:          o.http2,
 		ReloadInterval: o.reloadInterval,
 		ShutdownGrace:  o.shutdownGrace,
 	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("morph serve: %w", err)
-	}
-	return nil
 }
 
 // certificateFiles are the serving pair given from outside (see run), generated into

@@ -122,9 +122,9 @@ func New(opts Options) (*Server, error) {
 // Handler returns the server's HTTP handler (all endpoints), for tests and for embedding.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Metrics is the registry /metrics serves, for the metrics of the code around the server
-// (leader election, registration).
-func (s *Server) Metrics() prometheus.Registerer { return s.metrics.registry }
+// Registerer is the registry of the server's /metrics, for the metrics of the parts
+// around the server (leader election, registration, certificates).
+func (s *Server) Registerer() prometheus.Registerer { return s.metrics.registry }
 
 // Ready reports whether a policy set is loaded.
 func (s *Server) Ready() bool { return s.rt.Load() != nil }
