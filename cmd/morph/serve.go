@@ -207,9 +207,7 @@ func (o *serveOptions) check() error {
 	switch {
 	case o.policies == "" && !o.clusterMode():
 		return usagef("--policies is required: give the folder of policies to serve, or --kubeconfig FILE to serve the cluster's")
-	case o.policies != "" && o.cluster.kubeconfig != "":
-		return usagef("--policies and --kubeconfig exclude each other: serve a folder, or the cluster's policies")
-	case o.clusterMode() && len(o.contexts) > 0:
+	case o.clusterMode() && o.policies == "" && len(o.contexts) > 0:
 		return usagef("--context is for --policies: in cluster mode the context objects come from the API server")
 	case !o.admission && !o.conversion && o.admissionSet == "":
 		return usagef("nothing to serve: %s turns off /convert, and with it /mutate and /validate, as admission requires conversion — %s",
@@ -227,7 +225,7 @@ func (o *serveOptions) check() error {
 		return usagef("%s requires %s — set %s (or --tls-key) to the key of %s", envTLSCert, envTLSKey, envTLSKey, envTLSCert)
 	case o.tlsKey != "" && o.tlsCert == "":
 		return usagef("%s requires %s — set %s (or --tls-cert) to the certificate of %s", envTLSKey, envTLSCert, envTLSCert, envTLSKey)
-	case o.tlsCert == "" && o.certDir == "":
+	case o.tlsCert == "" && o.certDir == "" && !o.clusterMode():
 		return usagef("%s is required — set %s and %s (--tls-cert, --tls-key), or give --cert-dir DIR to use or generate a certificate there", envTLSCert, envTLSCert, envTLSKey)
 	case o.shutdownGrace <= 0:
 		return usagef("--shutdown-grace must be positive")
@@ -309,6 +307,9 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	floorDone := make(chan struct{})
 	go func() { heapfloor.Keep(floorCtx, heapFloor, log); close(floorDone) }()
 	defer func() { stopFloor(); <-floorDone }()
+	if o.clusterMode() {
+		return o.runCluster(ctx, newLoader, log, maxBody)
+	}
 	certFile, keyFile := o.tlsCert, o.tlsKey
 	if o.certDir != "" {
 		hosts, err := webhook.CertificateHosts(o.addr, o.dnsNames)
@@ -345,9 +346,6 @@ func (o *serveOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	certs, err := webhook.LoadCertificates(certFile, keyFile)
 	if err != nil {
 		return err
-	}
-	if o.clusterMode() {
-		return o.runCluster(ctx, certs, maxBody, log)
 	}
 	server, err := webhook.New(webhook.Options{
 		Source:         &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader, Reader: o.reader},

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
-	"github.com/spf13/pflag"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
+	"github.com/morph-dev/morph/internal/cluster/leader"
 	"github.com/morph-dev/morph/internal/cluster/policies"
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
@@ -26,19 +25,6 @@ import (
 // informers saw a change: an atomic read, so a change compiles within a quarter second.
 const clusterReloadInterval = 250 * time.Millisecond
 
-// clusterOptions are the flags of morph serve in cluster mode that concern policies.
-type clusterOptions struct {
-	kubeconfig  string
-	leaderElect bool
-	// newLoader builds the dialects with a reader of cluster objects (resource.Get).
-	newLoader func(*objects.Store, resourceReader) *policy.Loader
-}
-
-func (c *clusterOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&c.kubeconfig, "kubeconfig", "", "serve the policies of the cluster this kubeconfig names (in a Pod without --policies: the in-cluster config)")
-	f.BoolVar(&c.leaderElect, "leader-elect", true, "in cluster mode, run the writers (policy status, Events on policies) only on the elected leader; false runs them in this replica (one replica only)")
-}
-
 // clusterMode reports whether morph serve reads its policies from the API server:
 // --kubeconfig, or no --policies inside a Pod.
 func (o *serveOptions) clusterMode() bool {
@@ -48,42 +34,53 @@ func (o *serveOptions) clusterMode() bool {
 	return o.policies == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 }
 
-func (c *clusterOptions) restConfig() (*rest.Config, error) {
-	if c.kubeconfig == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config: %w", err)
-		}
-		return cfg, nil
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", c.kubeconfig, err)
-	}
-	return cfg, nil
-}
-
-// runCluster serves the cluster's policies: informers feed the webhook server, and the
-// status writer (leader only) reports each policy's outcome.
-func (o *serveOptions) runCluster(ctx context.Context, certs *webhook.Certificates, maxBody int64, log *slog.Logger) error {
-	if o.cluster.newLoader == nil {
-		return errors.New("morph serve: cluster mode is not wired in this build")
-	}
-	if o.cluster.leaderElect {
-		return usagef("--leader-elect: leader election is not part of this build yet; give --leader-elect=false and run one replica")
-	}
+// runCluster is morph serve in cluster mode: the webhook server with the webhooks,
+// certificates and leader election of cluster mode (setupClusterWebhooks), serving the
+// policies of the API server (informers, with each policy's status written by the
+// leader) or, with --policies, those of a folder.
+func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.Store) *policy.Loader, log *slog.Logger, maxBody int64) error {
+	// client-go (leader election, informers) logs through klog: send it to morph's log,
+	// in morph's format.
+	klog.SetSlogLogger(log.With("source", "client-go"))
 	cfg, err := o.cluster.restConfig()
 	if err != nil {
 		return err
 	}
-	cfg.UserAgent = "morph"
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("cluster mode: %w", err)
+	}
+	apiext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("cluster mode: %w", err)
+	}
+	w, err := o.setupClusterWebhooks(kube, apiext, log)
+	if err != nil {
+		return err
+	}
+	serverOpts := webhook.Options{
+		Admission:      o.admission,
+		Conversion:     o.conversion,
+		MaxBody:        maxBody,
+		RequestTimeout: o.requestTimeout,
+		Logger:         log,
+		Loaded:         w.Policies.Loaded,
+	}
+	reload := o.reloadInterval
+	if o.policies != "" {
+		serverOpts.Source = &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader, Reader: o.reader}
+		server, err := webhook.New(serverOpts)
+		if err != nil {
+			return err
+		}
+		return w.serve(ctx, server, o.addr, webhook.ServeOptions{HTTP2: o.http2, ReloadInterval: reload, ShutdownGrace: o.shutdownGrace})
+	}
+	if o.cluster.newLoader == nil {
+		return errors.New("morph serve: cluster mode is not wired in this build")
+	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("API client: %w", err)
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("API client: %w", err)
+		return fmt.Errorf("cluster mode: %w", err)
 	}
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
@@ -95,25 +92,18 @@ func (o *serveOptions) runCluster(ctx context.Context, certs *webhook.Certificat
 	if err != nil {
 		return err
 	}
-	events := policies.NewEvents(clientset, src, log)
+	events := policies.NewEvents(kube, src, log)
 	defer events.Stop()
-	server, err := webhook.New(webhook.Options{
-		Source:         src,
-		Namespaces:     src.Namespaces(),
-		Admission:      o.admission,
-		Conversion:     o.conversion,
-		MaxBody:        maxBody,
-		RequestTimeout: o.requestTimeout,
-		Logger:         log,
-		Mutated: func(ctx context.Context, req *engine.Request, res *engine.Result) {
-			// The events the policies reported (a Katalog entry's "defaults applied").
-			for _, n := range res.Notes {
-				if n.Kind == engine.NoteEvent {
-					events.Admission(ctx, req, n.Reason, n.Message)
-				}
+	serverOpts.Source, serverOpts.Namespaces = src, src.Namespaces()
+	serverOpts.Mutated = func(ctx context.Context, req *engine.Request, res *engine.Result) {
+		// The events the policies reported (a Katalog entry's "defaults applied").
+		for _, n := range res.Notes {
+			if n.Kind == engine.NoteEvent {
+				events.Admission(ctx, req, n.Reason, n.Message)
 			}
-		},
-	})
+		}
+	}
+	server, err := webhook.New(serverOpts)
 	if err != nil {
 		return err
 	}
@@ -125,37 +115,9 @@ func (o *serveOptions) runCluster(ctx context.Context, certs *webhook.Certificat
 		return fmt.Errorf("morph serve: %w", err)
 	}
 	writer := &policies.StatusWriter{Source: src, Client: dyn, Events: events, Logger: log.With("component", "status")}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	writersCtx, stopWriters := context.WithCancel(ctx)
-	defer stopWriters()
-	if err := o.runLeaderWork(writersCtx, &wg, log, writer.Run); err != nil {
-		return err
-	}
-	reload := o.reloadInterval
+	w.Elector.Add("policy-status", leader.RunnableFunc(func(ctx context.Context) error { writer.Run(ctx); return nil }))
 	if reload == webhook.DefaultReloadInterval {
 		reload = clusterReloadInterval
 	}
-	err = server.ListenAndServe(ctx, o.addr, webhook.ServeOptions{
-		TLS:            server.TLSConfig(certs),
-		HTTP2:          o.http2,
-		ReloadInterval: reload,
-		ShutdownGrace:  o.shutdownGrace,
-	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("morph serve: %w", err)
-	}
-	return nil
-}
-
-// runLeaderWork starts the work only one replica may do (each returns when its context
-// ends). With --leader-elect=false it runs here, for a single replica. Leader election
-// proper (a Lease in --namespace) starts the same functions from its
-// OnStartedLeading callback with the leader's context, and that context's end stops them.
-func (o *serveOptions) runLeaderWork(ctx context.Context, wg *sync.WaitGroup, log *slog.Logger, work ...func(context.Context)) error {
-	log.Info("leader election off: this replica writes policy status and Events")
-	for _, w := range work {
-		wg.Go(func() { w(ctx) })
-	}
-	return nil
+	return w.serve(ctx, server, o.addr, webhook.ServeOptions{HTTP2: o.http2, ReloadInterval: reload, ShutdownGrace: o.shutdownGrace})
 }

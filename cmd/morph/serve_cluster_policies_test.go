@@ -174,7 +174,6 @@ func TestServeClusterFlags(t *testing.T) {
 		o    serveOptions
 		want string
 	}{
-		{"policies and kubeconfig", serveOptions{policies: "p", cluster: clusterOptions{kubeconfig: "k"}}, "--policies and --kubeconfig exclude each other"},
 		{"context in cluster mode", serveOptions{contexts: []string{"ns.yaml"}, cluster: clusterOptions{kubeconfig: "k"}}, "--context is for --policies"},
 		{"neither", serveOptions{}, "--policies is required"},
 	} {

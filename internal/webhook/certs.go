@@ -204,11 +204,11 @@ func EnsureCertificates(dir string, hosts []string, now time.Time) (generated bo
 
 // generateInto writes a new CA and serving certificate into dir.
 func generateInto(dir string, hosts []string, now time.Time) error {
-	ca, caKey, caPEM, caKeyPEM, err := generateCA(now)
+	caPEM, caKeyPEM, err := GenerateCA(now, CAValidity)
 	if err != nil {
 		return err
 	}
-	certPEM, keyPEM, err := signServing(ca, caKey, hosts, now)
+	certPEM, keyPEM, err := IssueServingCertificate(caPEM, caKeyPEM, hosts, now, ServingValidity)
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func RenewCertificates(dir string, hosts []string, now time.Time) (renewed bool,
 	if len(hosts) == 0 {
 		return false, errors.New("renewing the serving certificate needs at least one host name or IP address")
 	}
-	ca, caKey, err := readCA(dir)
+	ca, caPEM, caKeyPEM, err := readCA(dir)
 	if err != nil {
 		return false, err
 	}
@@ -273,37 +273,35 @@ func RenewCertificates(dir string, hosts []string, now time.Time) (renewed bool,
 		// No usable CA key: start over with a new CA.
 		return true, generateInto(dir, hosts, now)
 	}
-	newCert, newKey, err := signServing(ca, caKey, hosts, now)
+	newCert, newKey, err := IssueServingCertificate(caPEM, caKeyPEM, hosts, now, ServingValidity)
 	if err != nil {
 		return false, err
 	}
 	return true, writeFiles(dir, []pemFile{{KeyFile, newKey, 0o600}, {CertFile, newCert, 0o644}})
 }
 
-// readCA reads ca.crt and ca.key; nil when either is missing.
-func readCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+// readCA reads ca.crt and ca.key; nil when either is missing or unusable (a new CA is
+// then made).
+func readCA(dir string) (ca *x509.Certificate, caPEM, caKeyPEM []byte, err error) {
 	caPEM, err1 := os.ReadFile(filepath.Join(dir, CAFile))
-	keyPEM, err2 := os.ReadFile(filepath.Join(dir, CAKeyFile))
+	caKeyPEM, err2 := os.ReadFile(filepath.Join(dir, CAKeyFile))
 	if errors.Is(err1, fs.ErrNotExist) || errors.Is(err2, fs.ErrNotExist) {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, nil, fmt.Errorf("certificate folder %s: %w", dir, err)
+		return nil, nil, nil, fmt.Errorf("certificate folder %s: %w", dir, err)
 	}
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
-		return nil, nil, nil
-	}
-	ca, err := x509.ParseCertificate(cb.Bytes)
+	pair, err := tls.X509KeyPair(caPEM, caKeyPEM)
 	if err != nil {
-		return nil, nil, nil //nolint:nilerr // an unusable CA means a new one, not an error
+		return nil, nil, nil, nil //nolint:nilerr // an unusable CA means a new one, not an error
 	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, nil, nil //nolint:nilerr // as above
+	ca = pair.Leaf
+	if ca == nil {
+		if ca, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, nil, nil, nil //nolint:nilerr // as above
+		}
 	}
-	return ca, key, nil
+	return ca, caPEM, caKeyPEM, nil
 }
 
 // writeFileAtomic writes through a temporary file and a rename, so a reader never sees a
@@ -330,35 +328,44 @@ func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	return nil
 }
 
+// Validity of generated certificates.
+const (
+	// CAValidity is how long a generated CA is valid.
+	CAValidity = 10 * 365 * 24 * time.Hour
+	// ServingValidity is how long a generated serving certificate is valid.
+	ServingValidity = 365 * 24 * time.Hour
+)
+
 // GenerateCertificates creates a CA (valid 10 years) and a serving certificate signed by
 // it (valid 1 year) for hosts, and returns them PEM encoded with the serving key.
 func GenerateCertificates(hosts []string, now time.Time) (caPEM, certPEM, keyPEM []byte, err error) {
-	ca, caKey, caPEM, _, err := generateCA(now)
+	caPEM, caKeyPEM, err := GenerateCA(now, CAValidity)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	certPEM, keyPEM, err = signServing(ca, caKey, hosts, now)
+	certPEM, keyPEM, err = IssueServingCertificate(caPEM, caKeyPEM, hosts, now, ServingValidity)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return caPEM, certPEM, keyPEM, nil
 }
 
-// generateCA creates a CA valid 10 years.
-func generateCA(now time.Time) (ca *x509.Certificate, caKey *ecdsa.PrivateKey, caPEM, caKeyPEM []byte, err error) {
-	caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// GenerateCA creates a self-signed CA (ECDSA P-256) valid from an hour before now for
+// validity, and returns it and its key PEM encoded.
+func GenerateCA(now time.Time, validity time.Duration) (caPEM, caKeyPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("generating the CA key: %w", err)
+		return nil, nil, fmt.Errorf("generating the CA key: %w", err)
 	}
 	caSerial, err := serial()
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, err
 	}
 	caTemplate := &x509.Certificate{
 		SerialNumber:          caSerial,
 		Subject:               pkix.Name{CommonName: caCommonName},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
+		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -366,24 +373,34 @@ func generateCA(now time.Time) (ca *x509.Certificate, caKey *ecdsa.PrivateKey, c
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
-	}
-	ca, err = x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("creating the CA certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(caKey)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("encoding the CA key: %w", err)
+		return nil, nil, fmt.Errorf("encoding the CA key: %w", err)
 	}
-	return ca, caKey, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
-// signServing creates a serving certificate for hosts, valid 1 year, signed by ca.
-func signServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time) (certPEM, keyPEM []byte, err error) {
+// IssueServingCertificate creates a serving certificate (ECDSA P-256) for hosts (IP
+// addresses or DNS names), signed by the CA of caPEM (its first certificate) and
+// caKeyPEM, valid for validity from now (never past the CA's end; backdated by an hour,
+// or a tenth of a validity under 10 hours), and
+// returns it and its key PEM encoded.
+func IssueServingCertificate(caPEM, caKeyPEM []byte, hosts []string, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	if len(hosts) == 0 {
 		return nil, nil, errors.New("a serving certificate needs at least one host name or IP address")
+	}
+	caPair, err := tls.X509KeyPair(caPEM, caKeyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the CA: %w", err)
+	}
+	ca := caPair.Leaf
+	if ca == nil {
+		if ca, err = x509.ParseCertificate(caPair.Certificate[0]); err != nil {
+			return nil, nil, fmt.Errorf("reading the CA: %w", err)
+		}
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -393,13 +410,19 @@ func signServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, 
 	if err != nil {
 		return nil, nil, err
 	}
+	notAfter := now.Add(validity)
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
+	}
 	template := &x509.Certificate{
 		SerialNumber: certSerial,
 		Subject:      pkix.Name{CommonName: hosts[0]},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(1, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Backdated for clocks behind ours, by a tenth of a short validity, so that a
+		// renewal at two thirds of the lifetime comes after the issue.
+		NotBefore:   now.Add(-min(time.Hour, validity/10)),
+		NotAfter:    notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -408,7 +431,7 @@ func signServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, 
 			template.DNSNames = append(template.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caPair.PrivateKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the serving certificate: %w", err)
 	}

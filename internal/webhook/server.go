@@ -48,6 +48,10 @@ type Options struct {
 	// run, with the policy set and the engine's result (in a cluster: the Events of
 	// Katalog defaults). It runs on the request's goroutine and must not block.
 	Mutated func(ctx context.Context, req *engine.Request, res *engine.Result)
+	// Loaded, when set, is called with each snapshot right after the server switched to
+	// it, on the goroutine that loaded it: the cluster code registers webhooks and
+	// caBundles for what the server serves. It must not block.
+	Loaded func(*Snapshot)
 }
 
 // Server answers admission and conversion reviews with the policies of its Source. Build
@@ -128,7 +132,8 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Registerer is the registry of the server's /metrics, for the metrics of the parts
-// that feed it (the cluster policy source).
+// that feed it (the cluster policy source) and
+// the code around the server (leader election, registration, certificates).
 func (s *Server) Registerer() prometheus.Registerer { return s.metrics.registry }
 
 // Ready reports whether a policy set is loaded.
@@ -167,6 +172,9 @@ func (s *Server) load(fp string) error {
 	s.mu.Lock()
 	s.loadErr = sourceError{}
 	s.mu.Unlock()
+	if s.opts.Loaded != nil {
+		s.opts.Loaded(snap)
+	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.setPolicies(rt.counts)
 	s.log.Info("policies loaded", "mutators", rt.counts.Mutators, "finalizers", rt.counts.Finalizers,

@@ -1,0 +1,230 @@
+package registration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listers "k8s.io/client-go/listers/admissionregistration/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/morph-dev/morph/internal/webhook"
+)
+
+// Metric labels of the objects written.
+const (
+	objectMutating   = "mutatingwebhookconfiguration"
+	objectValidating = "validatingwebhookconfiguration"
+	objectCRD        = "customresourcedefinition"
+)
+
+// managedBy is the label of every object morph writes.
+var managedBy = map[string]string{"app.kubernetes.io/managed-by": "morph"}
+
+// Configs keeps the MutatingWebhookConfiguration and ValidatingWebhookConfiguration
+// named Options.Name equal to what webhook.Configurations makes of the server's current
+// policies (what morph generate webhooks prints). A configuration no policy needs is
+// deleted rather than left with an empty webhook list, so that what exists is what
+// morph serves. An object of that name is morph's: a hand edit of it is put back,
+// its managed-by label included.
+type Configs struct {
+	Client kubernetes.Interface
+	// Options say how the API server reaches the server; CABundle is taken from CA.
+	Options  webhook.ConfigOptions
+	CA       CABundle
+	Policies *Policies
+	// Wake, when set, wakes the reconciler (the certificate store's changes).
+	Wake <-chan struct{}
+	// Resync is the backstop period (DefaultResync when 0).
+	Resync  time.Duration
+	Log     *slog.Logger
+	Metrics *Metrics
+
+	mutating   listers.MutatingWebhookConfigurationLister
+	validating listers.ValidatingWebhookConfigurationLister
+}
+
+// Run reconciles until ctx ends: at start, when the policies or the CA bundle change,
+// on any event of the two configurations, and every Resync.
+func (c *Configs) Run(ctx context.Context) error {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.Options.Name).String()
+	}))
+	t := newTrigger()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { t.wake() },
+		UpdateFunc: func(any, any) { t.wake() },
+		DeleteFunc: func(any) { t.wake() },
+	}
+	mi := factory.Admissionregistration().V1().MutatingWebhookConfigurations()
+	vi := factory.Admissionregistration().V1().ValidatingWebhookConfigurations()
+	if _, err := mi.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := vi.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	c.mutating, c.validating = mi.Lister(), vi.Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), mi.Informer().HasSynced, vi.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	t.forward(ctx, c.Policies.Changed(), c.Wake)
+	loop(ctx, t, c.Resync, c.Reconcile, func(err error) {
+		c.Log.Error("webhook registration failed; retrying", "error", err)
+	})
+	return nil
+}
+
+// Reconcile writes the configurations once. Before the first snapshot, or while the CA
+// bundle is not known, it does nothing.
+func (c *Configs) Reconcile(ctx context.Context) error {
+	snap := c.Policies.Current()
+	if snap == nil {
+		return nil
+	}
+	ca, ok := c.CA.CABundle()
+	if !ok {
+		return nil
+	}
+	opts := c.Options
+	opts.CABundle = ca
+	mutating, validating, err := webhook.Configurations(snap.Bundle, opts)
+	if err != nil {
+		return fmt.Errorf("webhook configurations: %w", err)
+	}
+	return errors.Join(c.syncMutating(ctx, mutating), c.syncValidating(ctx, validating))
+}
+
+func (c *Configs) syncMutating(ctx context.Context, want *admissionregistrationv1.MutatingWebhookConfiguration) (err error) {
+	defer c.count(objectMutating, &err)
+	if want != nil {
+		for i := range want.Webhooks {
+			want.Webhooks[i].ObjectSelector = objectSelector(want.Webhooks[i].ObjectSelector)
+		}
+	}
+	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	have, err := c.mutating.Get(c.Options.Name)
+	switch {
+	case apierrors.IsNotFound(err) && want == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", want.Name, err)
+		}
+		c.wrote(objectMutating, "create", "webhooks", len(want.Webhooks))
+		return nil
+	case err != nil:
+		return err
+	case want == nil:
+		if err := api.Delete(ctx, have.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting MutatingWebhookConfiguration %s, which no policy needs: %w", have.Name, err)
+		}
+		c.wrote(objectMutating, "delete")
+		return nil
+	}
+	if apiequality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) && hasLabels(have.Labels) {
+		return nil
+	}
+	update := have.DeepCopy()
+	update.Webhooks, update.Labels = want.Webhooks, withLabels(have.Labels)
+	if _, err := api.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", have.Name, err)
+	}
+	c.wrote(objectMutating, "update", "webhooks", len(want.Webhooks))
+	return nil
+}
+
+func (c *Configs) syncValidating(ctx context.Context, want *admissionregistrationv1.ValidatingWebhookConfiguration) (err error) {
+	defer c.count(objectValidating, &err)
+	if want != nil {
+		for i := range want.Webhooks {
+			want.Webhooks[i].ObjectSelector = objectSelector(want.Webhooks[i].ObjectSelector)
+		}
+	}
+	api := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	have, err := c.validating.Get(c.Options.Name)
+	switch {
+	case apierrors.IsNotFound(err) && want == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", want.Name, err)
+		}
+		c.wrote(objectValidating, "create", "webhooks", len(want.Webhooks))
+		return nil
+	case err != nil:
+		return err
+	case want == nil:
+		if err := api.Delete(ctx, have.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting ValidatingWebhookConfiguration %s, which no policy needs: %w", have.Name, err)
+		}
+		c.wrote(objectValidating, "delete")
+		return nil
+	}
+	if apiequality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) && hasLabels(have.Labels) {
+		return nil
+	}
+	update := have.DeepCopy()
+	update.Webhooks, update.Labels = want.Webhooks, withLabels(have.Labels)
+	if _, err := api.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", have.Name, err)
+	}
+	c.wrote(objectValidating, "update", "webhooks", len(want.Webhooks))
+	return nil
+}
+
+func (c *Configs) wrote(object, verb string, attrs ...any) {
+	c.Metrics.writes.WithLabelValues(object, verb).Inc()
+	c.Log.Info("webhook registration written", append([]any{"object", object, "name", c.Options.Name, "verb", verb}, attrs...)...)
+}
+
+func (c *Configs) count(object string, err *error) {
+	if *err != nil {
+		c.Metrics.errors.WithLabelValues(object).Inc()
+	}
+}
+
+// objectSelector is sel as the API server stores it: {} when unset, so that what is
+// written compares equal to what is read back.
+func objectSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
+	if sel == nil {
+		return &metav1.LabelSelector{}
+	}
+	return sel
+}
+
+func hasLabels(labels map[string]string) bool {
+	for k, v := range managedBy {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func withLabels(labels map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, managedBy)
+	return out
+}
