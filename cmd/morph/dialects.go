@@ -26,6 +26,7 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 			Objects:        store,
 			Resources:      opts.resources,
 			HTTPAllowHosts: opts.httpAllowHosts,
+			KyvernoCLI:     opts.kyvernoCLI,
 		}),
 		katalog.New(katalog.Options{Objects: store}),
 	)
@@ -37,19 +38,9 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 func testHooks(opts *dialectOptions) suite.Hooks {
 	return suite.Hooks{
 		NewLoader: func(store *objects.Store, kyvernoCLI bool) *policy.Loader {
-			return policy.NewLoader(
-				gatekeeper.New(gatekeeper.Options{
-					Objects:             store,
-					MutationAnnotations: opts.mutationAnnotations,
-					AllowExternalData:   opts.allowExternalData,
-				}),
-				cel.New(cel.Options{
-					Objects:        store,
-					HTTPAllowHosts: opts.httpAllowHosts,
-					KyvernoCLI:     kyvernoCLI,
-				}),
-				katalog.New(katalog.Options{Objects: store}),
-			)
+			o := *opts
+			o.kyvernoCLI = kyvernoCLI
+			return newDialects(store, &o)
 		},
 	}
 }

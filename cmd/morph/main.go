@@ -85,6 +85,8 @@ type dialectOptions struct {
 	httpAllowHosts      []string
 	// resources answers CEL resource.Get/List in a cluster (nil: the context store).
 	resources resourceReader
+	// kyvernoCLI asks for the Kyverno CLI's conventions (morph test's kyverno-test.yaml).
+	kyvernoCLI bool
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {

@@ -349,7 +349,7 @@ func (r *Runner) runMorphCase(ctx context.Context, rt *offline.Runtime, dir, pat
 		}
 	case expect.ObjectFile != "":
 		want, err := oneObject(dir, expect.ObjectFile)
-		if err != nil && !(r.Update && errors.Is(err, os.ErrNotExist)) {
+		if err != nil && (!r.Update || !errors.Is(err, os.ErrNotExist)) {
 			return failf("expect.objectFile: %v", err)
 		}
 		if err == nil && equalExact(want.Object, actual) {

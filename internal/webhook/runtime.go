@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -144,9 +143,6 @@ func (rt *runtime) addStats(d engine.Descriptor) {
 		route[entry] = append(route[entry], statsSource{id: d.ID, entries: d.Stats.Entries})
 	}
 }
-
-// statsRoutes lists the routes statistics are served under, sorted.
-func (rt *runtime) statsRoutes() []string { return slices.Sorted(maps.Keys(rt.stats)) }
 
 // entryStats merges the statistics of one entry of a route into one JSON object.
 func (rt *runtime) entryStats(route, entry string) (map[string]any, bool, error) {

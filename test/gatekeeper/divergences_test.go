@@ -2,8 +2,6 @@ package gatekeeper
 
 import (
 	"strings"
-
-	"github.com/morph-dev/morph/internal/policy"
 )
 
 // A divergence is a documented class of cases where morph deliberately answers
@@ -71,13 +69,4 @@ func classify(c Case, m morphResult, o oracleResult) string {
 		}
 	}
 	return ""
-}
-
-// documents decodes a case's mutators (for the classifiers and the minimiser).
-func documents(c Case) []policy.Document {
-	docs, err := policy.Decode("case.yaml", []byte(c.Mutators))
-	if err != nil {
-		return nil
-	}
-	return docs
 }

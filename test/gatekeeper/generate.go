@@ -306,7 +306,7 @@ func (g *gen) mutators(ok objectKind) string {
 		}
 		m["metadata"] = map[string]any{"name": name}
 		if g.pct(1) {
-			m["spec"].(map[string]any)["paramters"] = map[string]any{} // a typo: an unknown field
+			m["spec"].(map[string]any)["parametrs"] = map[string]any{} //nolint:misspell // a typo on purpose: an unknown field
 		}
 		out, err := yaml.Marshal(m)
 		if err != nil {

@@ -277,9 +277,8 @@ func (s *Source) crdChanged() {
 				"crd", k.CRDName(), "versions", strings.Join(k.Versions, ", "))
 			continue
 		}
-		owner := "morph"
 		if !crds.IsOurs(crd.GetLabels()) {
-			owner = cmp.Or(crd.GetLabels()[crds.ManagedByLabel], "another owner")
+			owner := cmp.Or(crd.GetLabels()[crds.ManagedByLabel], "another owner")
 			s.log.Info("using an existing CustomResourceDefinition that morph did not install; morph does not change it",
 				"crd", k.CRDName(), "owner", owner, "version", version)
 		} else {

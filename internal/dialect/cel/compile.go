@@ -151,31 +151,6 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 	return p, nil
 }
 
-// compileConditions compiles standalone match conditions (a PolicyException's).
-func compileConditions(doc policy.Document, env *environment.EnvSet, field string, conds []admissionv1.MatchCondition, name string) (matchconditions.Matcher, []error) {
-	if len(conds) == 0 {
-		return nil, nil
-	}
-	compiler, err := plugincel.NewCompositedCompiler(env)
-	if err != nil {
-		return nil, []error{doc.Errorf("", "cannot build the CEL environment: %v", err)}
-	}
-	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
-	var errs []error
-	accessors := make([]plugincel.ExpressionAccessor, len(conds))
-	for i := range conds {
-		accessors[i] = (*matchconditions.MatchCondition)(&conds[i])
-		if res := compiler.CompileCELExpression(accessors[i], opts, environment.StoredExpressions); res.Error != nil {
-			errs = append(errs, celError(doc, fmt.Sprintf("%s[%d].expression", field, i), res.Error))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	fail := admissionv1.Fail
-	return matchconditions.NewMatcher(compiler.CompileCondition(accessors, opts, environment.StoredExpressions), &fail, "exception", "mutate", name), nil
-}
-
 // celError turns a compilation error into a located error: the field, then each issue
 // with its line and column in the expression.
 func celError(doc policy.Document, field string, err *apiservercel.Error) error {
