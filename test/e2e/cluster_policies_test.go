@@ -60,6 +60,8 @@ func TestClusterPolicies(t *testing.T) {
 	}
 	CreateCRD(t, serveCRD(t, filepath.Join("testdata", "cluster", "gadget-crd.yaml")))
 	ns := CreateNamespace(t, "e2e-cluster-", nil)
+	// morph registers its own configurations too (named morph): removed at the end.
+	deleteClusterConfigs(t)
 
 	certDir := t.TempDir()
 	var addr string
@@ -67,7 +69,7 @@ func TestClusterPolicies(t *testing.T) {
 	for try := 1; ; try++ {
 		addr = serveFreeAddr(t)
 		p = serveStart(t, bin, "serve", "--kubeconfig", c.KubeconfigPath(), "--leader-elect=false",
-			"--cert-dir", certDir, "--addr", addr, "--log-level", "debug")
+			"--cert-dir", certDir, "--addr", addr, "--webhook-url", "https://"+addr, "--log-level", "debug")
 		if _, err := serveAwaitReady(p, addr, certDir); err == nil {
 			break
 		} else if try >= serveStartTries || !p.log.contains("address already in use") {

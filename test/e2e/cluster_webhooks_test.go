@@ -144,13 +144,22 @@ func getMorphMutating(t *testing.T) (*admissionregistrationv1.MutatingWebhookCon
 	return Current(t).Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "morph", metav1.GetOptions{})
 }
 
-// mutatingResources lists "resource@url" for the rules of every webhook, once each.
+// mutatingResources lists "resource@url" for the rules of every webhook, once each;
+// the url is the server's /mutate, without the webhook group's segment (/mutate/<group>),
+// and "service" for a webhook that names a Service.
 func mutatingResources(m *admissionregistrationv1.MutatingWebhookConfiguration) []string {
 	var out []string
 	for _, w := range m.Webhooks {
+		url := "service"
+		if w.ClientConfig.URL != nil {
+			url = *w.ClientConfig.URL
+			if i := strings.Index(url, "/mutate/"); i >= 0 {
+				url = url[:i+len("/mutate")]
+			}
+		}
 		for _, r := range w.Rules {
 			for _, res := range r.Resources {
-				out = append(out, res+"@"+*w.ClientConfig.URL)
+				out = append(out, res+"@"+url)
 			}
 		}
 	}
