@@ -70,8 +70,8 @@ func TestServeProcessStopped(t *testing.T) {
 		if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
 			t.Errorf("webhook %s: failurePolicy %v, want Ignore (Gatekeeper's)", w.Name, w.FailurePolicy)
 		}
-		if w.ClientConfig.URL == nil || *w.ClientConfig.URL != "https://"+addr+"/mutate" {
-			t.Errorf("webhook %s calls %v, want https://%s/mutate", w.Name, w.ClientConfig.URL, addr)
+		if w.ClientConfig.URL == nil || !strings.HasPrefix(*w.ClientConfig.URL, "https://"+addr+"/mutate/") {
+			t.Errorf("webhook %s calls %v, want https://%s/mutate/<group>", w.Name, w.ClientConfig.URL, addr)
 		}
 		w.NamespaceSelector = serveNarrow(w.NamespaceSelector, ns.Name)
 	}
