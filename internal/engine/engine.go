@@ -336,9 +336,6 @@ type Descriptor struct {
 	// MutateFirst asks, when objects are reconciled, that the policy's validation runs
 	// after mutation instead of before (Katalog mutateFirst).
 	MutateFirst bool
-	// Reads lists the kinds of objects the policy reads besides the request (params,
-	// Namespaces for a namespaceSelector), so a cluster surface watches only those.
-	Reads []schema.GroupVersionKind
 	// Stats, when set, are statistics the policy keeps, served by the webhook server.
 	Stats *Stats
 	// DescribeFailure, when set, words the log line of the policy's failure at admission

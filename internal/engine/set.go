@@ -129,6 +129,17 @@ func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled 
 	return out
 }
 
+// FailClose reports whether any policy that would run on req fails closed: a request
+// whose mutation could not finish is then refused.
+func (s *Set) FailClose(req *Request) bool {
+	for _, c := range s.candidates(req.Kind, req.Operation) {
+		if c.FailurePolicy == FailClose && Applies(c.Descriptor, req) {
+			return true
+		}
+	}
+	return false
+}
+
 // Candidates lists, in order, the IDs of the mutators whose targets name gvk and op.
 func (s *Set) Candidates(gvk schema.GroupVersionKind, op Operation) []ID {
 	cs := s.candidates(gvk, op)

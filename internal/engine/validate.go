@@ -43,27 +43,19 @@ func NewValidators(vs []Validator) *Validators {
 // Len is the number of validators.
 func (v *Validators) Len() int { return len(v.all) }
 
-// All returns the validators in order.
-func (v *Validators) All() []Validator { return slices.Clone(v.all) }
-
-// MutateFirst reports whether the validator id asks to validate after mutation when
-// objects are reconciled (Descriptor.MutateFirst).
-func (v *Validators) MutateFirst(id ID) bool {
-	for _, val := range v.all {
-		if val.ID == id {
-			return val.MutateFirst
-		}
-	}
-	return false
-}
-
 // Validate runs every validator whose targets name the request's kind and operation on
 // obj, in ID order. A validator's own error never denies the object: its checks are
 // skipped, and it is returned in failures (the validator's ID and error, for the caller
 // to log and count) and worded in warnings (texts for the user, one per failure).
 func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]any) (violations []Violation, warnings []string, failures []Failure) {
+	return v.ValidateSome(ctx, req, obj, nil)
+}
+
+// ValidateSome is Validate with only the validators keep accepts (nil: all), such as
+// those that ask to validate after mutation when an object is reconciled.
+func (v *Validators) ValidateSome(ctx context.Context, req *Request, obj map[string]any, keep func(Descriptor) bool) (violations []Violation, warnings []string, failures []Failure) {
 	for _, val := range v.all {
-		if !targetsMatch(val.Targets, req.Kind, req.Operation) || !Applies(val.Descriptor, req) {
+		if (keep != nil && !keep(val.Descriptor)) || !targetsMatch(val.Targets, req.Kind, req.Operation) || !Applies(val.Descriptor, req) {
 			continue
 		}
 		if err := Stopped(ctx); err != nil {

@@ -130,14 +130,14 @@ func Evaluate(ctx context.Context, p Policies, req *engine.Request, mode Mode) (
 		if err != nil {
 			return nil, err
 		}
-		vs, warnings, failures := p.validate(ctx, req, res.Object, func(engine.Validator) bool { return true })
+		vs, warnings, failures := p.validate(ctx, req, res.Object, nil)
 		res.Warnings = append(res.Warnings, warnings...)
 		ev.Result, ev.Violations, ev.ValidatorFailures = res, vs, failures
 		return ev, nil
 	}
 	req.Reconcile = true
 	// Validation first, by the validators that do not ask for mutation first.
-	before, warnings, failures := p.validate(ctx, req, req.Object, func(v engine.Validator) bool { return !v.MutateFirst })
+	before, warnings, failures := p.validate(ctx, req, req.Object, func(d engine.Descriptor) bool { return !d.MutateFirst })
 	ev.Violations, ev.ValidatorFailures = before, failures
 	if ev.Denied() {
 		ev.Result = &engine.Result{Object: req.Object, Warnings: warnings}
@@ -149,7 +149,7 @@ func Evaluate(ctx context.Context, p Policies, req *engine.Request, mode Mode) (
 	}
 	res.Warnings = append(warnings, res.Warnings...)
 	// Then the validators that asked for mutation first, on the mutated object.
-	after, warnings, failures := p.validate(ctx, req, res.Object, func(v engine.Validator) bool { return v.MutateFirst })
+	after, warnings, failures := p.validate(ctx, req, res.Object, func(d engine.Descriptor) bool { return d.MutateFirst })
 	res.Warnings = append(res.Warnings, warnings...)
 	ev.Result = res
 	ev.Violations = append(ev.Violations, after...)
@@ -157,16 +157,10 @@ func Evaluate(ctx context.Context, p Policies, req *engine.Request, mode Mode) (
 	return ev, nil
 }
 
-// validate runs the validators keep selects.
-func (p Policies) validate(ctx context.Context, req *engine.Request, obj map[string]any, keep func(engine.Validator) bool) ([]engine.Violation, []string, []engine.Failure) {
+// validate runs the validators keep selects (nil: all).
+func (p Policies) validate(ctx context.Context, req *engine.Request, obj map[string]any, keep func(engine.Descriptor) bool) ([]engine.Violation, []string, []engine.Failure) {
 	if p.Validators == nil {
 		return nil, nil, nil
 	}
-	var vs []engine.Validator
-	for _, v := range p.Validators.All() {
-		if keep(v) {
-			vs = append(vs, v)
-		}
-	}
-	return engine.NewValidators(vs).Validate(ctx, req, obj)
+	return p.Validators.ValidateSome(ctx, req, obj, keep)
 }

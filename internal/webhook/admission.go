@@ -278,7 +278,7 @@ func (s *Server) validatorsFailed(failures []engine.Failure, c *call) {
 func (s *Server) mutationFailed(ctx context.Context, rt *runtime, set *engine.Set, req *engine.Request, resp *admissionv1.AdmissionResponse, err error, c *call) reply {
 	c.err = err
 	if ctx.Err() != nil {
-		if !rt.failClose(set.Candidates(req.Kind, req.Operation)) {
+		if !set.FailClose(req) {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf("morph: mutation did not finish in time (%v); the object was admitted unchanged", err))
 			return ok(admissionAnswer(resp), outcomeFailed)
 		}

@@ -15,13 +15,13 @@ type runtime struct {
 	// set holds every policy that runs at admission: what /mutate runs.
 	set *engine.Set
 	// groups hold the same policies by webhook group: what /mutate/<group> runs.
-	groups      map[string]*engine.Set
-	validators  *engine.Validators
-	valGroups   map[string]*engine.Validators
-	conversions *engine.Conversions
-	namespaces  NamespaceLookup
-	// failure is the failure policy of every mutator, by ID, to answer a deadline.
-	failure map[engine.ID]engine.FailurePolicy
+	groups     map[string]*engine.Set
+	validators *engine.Validators
+	valGroups  map[string]*engine.Validators
+	// noValidators answers a validation group no loaded policy belongs to.
+	noValidators *engine.Validators
+	conversions  *engine.Conversions
+	namespaces   NamespaceLookup
 	// describers word the log line of a policy's failure, for the policies that do.
 	describers map[engine.ID]func(kind, name string, err error) string
 	// stats are the statistics sources by route and entry.
@@ -50,7 +50,6 @@ func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 	b := snap.Bundle
 	rt := &runtime{
 		namespaces: snap.Namespaces,
-		failure:    make(map[engine.ID]engine.FailurePolicy, len(b.Mutators)),
 		describers: map[engine.ID]func(string, string, error) string{},
 		stats:      map[string]map[string][]statsSource{},
 		counts: PolicyCounts{
@@ -66,7 +65,6 @@ func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 		if m.AdmissionOff {
 			continue
 		}
-		rt.failure[m.ID] = m.FailurePolicy
 		if m.DescribeFailure != nil {
 			rt.describers[m.ID] = m.DescribeFailure
 		}
@@ -97,6 +95,7 @@ func newRuntime(snap *Snapshot, now time.Time) (*runtime, error) {
 		valByGroup[g] = append(valByGroup[g], v)
 	}
 	rt.validators = engine.NewValidators(validators)
+	rt.noValidators = engine.NewValidators(nil)
 	rt.valGroups = make(map[string]*engine.Validators, len(valByGroup))
 	for g, vs := range valByGroup {
 		rt.valGroups[g] = engine.NewValidators(vs)
@@ -127,7 +126,7 @@ func (rt *runtime) validatorsOf(group string) *engine.Validators {
 	if v := rt.valGroups[group]; v != nil {
 		return v
 	}
-	return engine.NewValidators(nil)
+	return rt.noValidators
 }
 
 func (rt *runtime) addStats(d engine.Descriptor) {
@@ -164,14 +163,4 @@ func (rt *runtime) entryStats(route, entry string) (map[string]any, bool, error)
 		out[s.id.String()] = json.RawMessage(data)
 	}
 	return out, true, nil
-}
-
-// failClose reports whether any of the mutators named fails closed.
-func (rt *runtime) failClose(ids []engine.ID) bool {
-	for _, id := range ids {
-		if rt.failure[id] == engine.FailClose {
-			return true
-		}
-	}
-	return false
 }

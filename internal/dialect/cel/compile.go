@@ -55,18 +55,10 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 	seen := map[string]bool{}
 	for i, v := range spec.variables {
 		field := fmt.Sprintf("spec.variables[%d]", i)
-		switch {
-		case v.Name == "":
-			errs = append(errs, doc.Errorf(field+".name", "required"))
-			continue
-		case seen[v.Name]:
-			errs = append(errs, doc.Errorf(field+".name", "variable %q is defined twice", v.Name))
-			continue
-		case strings.TrimSpace(v.Expression) == "":
-			errs = append(errs, doc.Errorf(field+".expression", "required"))
+		if err := checkVariable(doc, field, v.Name, v.Expression, seen); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		seen[v.Name] = true
 		res := compiler.CompileAndStoreVariable(&mutating.Variable{Name: v.Name, Expression: v.Expression}, opts, environment.StoredExpressions)
 		if res.Error != nil {
 			errs = append(errs, celError(doc, field+".expression", res.Error))
@@ -166,4 +158,19 @@ func celError(doc policy.Document, field string, err *apiservercel.Error) error 
 		}
 	}
 	return doc.Errorf(field, "%s", err.Detail)
+}
+
+// checkVariable checks a variable's name and expression before it is compiled, and
+// records its name in seen: every variable needs a name, used once, and an expression.
+func checkVariable(doc policy.Document, field, name, expression string, seen map[string]bool) error {
+	switch {
+	case name == "":
+		return doc.Errorf(field+".name", "required")
+	case seen[name]:
+		return doc.Errorf(field+".name", "variable %q is defined twice", name)
+	case strings.TrimSpace(expression) == "":
+		return doc.Errorf(field+".expression", "required")
+	}
+	seen[name] = true
+	return nil
 }

@@ -102,18 +102,10 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 	seen := map[string]bool{}
 	for i, v := range spec.variables {
 		field := fmt.Sprintf("spec.variables[%d]", i)
-		switch {
-		case v.Name == "":
-			errs = append(errs, doc.Errorf(field+".name", "required"))
-			continue
-		case seen[v.Name]:
-			errs = append(errs, doc.Errorf(field+".name", "variable %q is defined twice", v.Name))
-			continue
-		case strings.TrimSpace(v.Expression) == "":
-			errs = append(errs, doc.Errorf(field+".expression", "required"))
+		if err := checkVariable(doc, field, v.Name, v.Expression, seen); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		seen[v.Name] = true
 		ast, iss := env.Compile(v.Expression)
 		if iss.Err() != nil {
 			errs = append(errs, issuesError(doc, field+".expression", iss))

@@ -81,19 +81,7 @@ func (m *Mutator) compiled() engine.Mutator {
 		// have none.
 		d.Timeout, d.TimeoutField = m.timeout, "webhookConfiguration.timeoutSeconds"
 	}
-	if m.paramKind != nil {
-		if gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion); err == nil {
-			d.Reads = append(d.Reads, gv.WithKind(m.paramKind.Kind))
-		}
-	}
-	if hasNamespaceSelector(m.constraints) || hasNamespaceSelector(m.binding) {
-		d.Reads = append(d.Reads, schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
-	}
 	return engine.Mutator{Descriptor: d, Mutate: m.Mutate}
-}
-
-func hasNamespaceSelector(c *admissionv1.MatchResources) bool {
-	return c != nil && c.NamespaceSelector != nil && (len(c.NamespaceSelector.MatchLabels) > 0 || len(c.NamespaceSelector.MatchExpressions) > 0)
 }
 
 // matchesTarget reports whether an existing object is one this policy mutates in the

@@ -49,9 +49,6 @@ func (m *mutator) compiled() engine.Mutator {
 		Reinvocation:  engine.ReinvokeIfNeeded,
 		FailurePolicy: m.failure,
 	}
-	if m.match.nsSelector != nil {
-		d.Reads = []schema.GroupVersionKind{{Version: "v1", Kind: "Namespace"}}
-	}
 	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
 }
 
