@@ -205,6 +205,7 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	}
 	if req.Object == nil {
 		// DELETE and CONNECT without options: nothing to mutate.
+		s.admitted(ctx, req, c.group, nil)
 		return ok(admissionAnswer(resp), outcomeAllowed)
 	}
 	res, err := set.Mutate(ctx, req)
@@ -223,6 +224,7 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	if s.opts.Mutated != nil && !req.DryRun {
 		s.opts.Mutated(ctx, req, res)
 	}
+	s.admitted(ctx, req, c.group, res)
 	if validators := rt.validatorsOf(c.group); c.group == "" && validators.Len() > 0 {
 		// /mutate alone (no group) also warns of the validation rules the mutated
 		// object breaks; a grouped webhook leaves that to its validating webhook.
@@ -253,6 +255,13 @@ func (s *Server) mutate(ctx context.Context, body []byte, c *call) reply {
 	}
 	resp.AuditAnnotations = map[string]string{AuditAnnotationMutatedBy: strings.Join(names, ", ")}
 	return ok(admissionAnswer(resp), outcomePatched)
+}
+
+// admitted calls Options.Admitted for a request /mutate admits, unless it is a dry run.
+func (s *Server) admitted(ctx context.Context, req *engine.Request, group string, res *engine.Result) {
+	if s.opts.Admitted != nil && !req.DryRun {
+		s.opts.Admitted(ctx, req, group, res)
+	}
 }
 
 // policyFailed logs, at warn level with the request's attributes, and counts in

@@ -48,6 +48,12 @@ type Options struct {
 	// run, with the policy set and the engine's result (in a cluster: the Events of
 	// Katalog defaults). It runs on the request's goroutine and must not block.
 	Mutated func(ctx context.Context, req *engine.Request, res *engine.Result)
+	// Admitted, when set, is called after /mutate or /mutate/<group> admitted a request
+	// that is not a dry run, DELETE included (res is then nil: nothing ran), with the
+	// webhook group of the call ("" for /mutate): in a cluster, the triggers of the
+	// policies that mutate existing objects. It runs on the request's goroutine and
+	// must not block.
+	Admitted func(ctx context.Context, req *engine.Request, group string, res *engine.Result)
 	// Loaded, when set, is called with each snapshot right after the server switched to
 	// it, on the goroutine that loaded it: the cluster code registers webhooks and
 	// caBundles for what the server serves. It must not block.

@@ -106,14 +106,15 @@ func Kinds() []Kind {
 	return out
 }
 
-// All returns a fresh copy of every CRD, in a fixed order (Gatekeeper, Kyverno, Katalog).
+// All returns a fresh copy of every CRD, in a fixed order (Gatekeeper, Kyverno, Katalog,
+// then morph's own BackgroundRequest).
 func All() []*apiextv1.CustomResourceDefinition {
 	defs := definitions()
-	out := make([]*apiextv1.CustomResourceDefinition, len(defs))
+	out := make([]*apiextv1.CustomResourceDefinition, len(defs), len(defs)+1)
 	for i, d := range defs {
 		out[i] = d.crd()
 	}
-	return out
+	return append(out, backgroundRequestCRD())
 }
 
 // Write prints every CRD as multi-document YAML, for kubectl apply.
