@@ -336,6 +336,10 @@ type Descriptor struct {
 	// MutateFirst asks, when objects are reconciled, that the policy's validation runs
 	// after mutation instead of before (Katalog mutateFirst).
 	MutateFirst bool
+	// Reconciled marks a policy whose objects a controller reconciles (a Katalog entry
+	// with mutation rules): in a cluster the leader evaluates every existing object of
+	// its Resources in reconcile mode (Request.Reconcile) and writes back what changed.
+	Reconciled bool
 	// Stats, when set, are statistics the policy keeps, served by the webhook server.
 	Stats *Stats
 	// DescribeFailure, when set, words the log line of the policy's failure at admission

@@ -30,6 +30,7 @@ func (m *Mutator) compiled() engine.Mutator {
 			FailurePolicy:   engine.FailIgnore,
 			AdmissionOff:    !e.Webhook.Mutation,
 			MutateFirst:     e.MutateFirst,
+			Reconciled:      true,
 			Stats:           entryStats([]*Entry{e}),
 			DescribeFailure: AdmissionErrorLog,
 		},
