@@ -185,8 +185,8 @@ func TestBackgroundAndAdmission(t *testing.T) {
 	}
 	s, err := NewSet([]Mutator{
 		funcMutator("admission", Descriptor{}, set("admission")),
-		funcMutator("existing", Descriptor{Existing: true, AdmissionOff: true}, set("existing")),
-		funcMutator("both", Descriptor{Existing: true}, set("both")),
+		funcMutator("existing", Descriptor{Background: &Background{}, AdmissionOff: true}, set("existing")),
+		funcMutator("both", Descriptor{Background: &Background{}}, set("both")),
 	})
 	if err != nil {
 		t.Fatal(err)

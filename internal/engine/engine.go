@@ -106,9 +106,16 @@ type Request struct {
 	Source          Source
 	DryRun          bool
 	// Background marks the mutation of an object that already exists, outside admission
-	// (the background controller, morph apply --existing): only policies whose
-	// Descriptor.Existing is set apply, matched by their own rules for existing objects.
+	// (the background controller, morph apply --existing; see request.Background): only
+	// policies with a Descriptor.Background apply, matched by their own rules for
+	// existing objects. Object is the target, OldObject nil.
 	Background bool
+	// Policy, on a background request, names the one policy that runs (the zero ID:
+	// every policy with a Descriptor.Background).
+	Policy ID
+	// Trigger, on a background request, is the admission request that triggered the
+	// mutation (its object as admitted): what the policy sees as `request`.
+	Trigger *Request
 	// Reconcile marks an object reconciled by its controller (Katalog's reconciler,
 	// morph apply --mode reconcile): every policy applies, also those off at admission
 	// (Descriptor.AdmissionOff). Without Background or Reconcile the request is an
@@ -193,13 +200,13 @@ const (
 
 // ID names a mutator and places it in the total order (see the package documentation).
 type ID struct {
-	Order     int
-	Dialect   string
-	Kind      string
-	Namespace string
-	Name      string
+	Order     int    `json:"order,omitempty"`
+	Dialect   string `json:"dialect"`
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
 	// Part tells apart several mutators compiled from one policy (a binding, an entry).
-	Part string
+	Part string `json:"part,omitempty"`
 }
 
 // String is the name users see: Kind/name, or Kind/namespace/name, with the part last.
@@ -329,10 +336,11 @@ type Descriptor struct {
 	// configurations): a Kyverno policy with evaluation.admission.enabled false, a
 	// Katalog entry with webhooks.mutation false.
 	AdmissionOff bool
-	// Existing marks a policy that mutates objects that already exist, outside
-	// admission and reconciliation (Kyverno evaluation.mutateExisting): it runs on
-	// Requests with Background set, and only such policies do.
-	Existing bool
+	// Background, when set, says how the policy mutates objects that already exist,
+	// outside admission and reconciliation (Kyverno evaluation.mutateExisting): what
+	// triggers it and which objects it then mutates. Such a policy runs on Requests with
+	// Background set, and only such policies do.
+	Background *Background
 	// MutateFirst asks, when objects are reconciled, that the policy's validation runs
 	// after mutation instead of before (Katalog mutateFirst).
 	MutateFirst bool

@@ -161,7 +161,7 @@ func applicable(cands []*compiled, req *Request) []*compiled {
 func Applies(d Descriptor, req *Request) bool {
 	switch {
 	case req.Background:
-		return d.Existing
+		return d.Background != nil && (req.Policy == (ID{}) || req.Policy == d.ID)
 	case req.Reconcile:
 		return true
 	}

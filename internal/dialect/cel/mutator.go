@@ -71,9 +71,11 @@ func (m *Mutator) compiled() engine.Mutator {
 		FailurePolicy: fp,
 		// evaluation.admission.enabled false keeps a Kyverno policy out of admission.
 		AdmissionOff: m.kyverno && !m.admission,
-		// evaluation.mutateExisting.enabled: existing objects, matched by
-		// targetMatchConstraints (matchesTarget).
-		Existing: m.existing,
+	}
+	if m.existing {
+		// evaluation.mutateExisting.enabled: existing objects, triggered and selected
+		// as Kyverno's background controller does (background.go).
+		d.Background = m.background()
 	}
 	if m.timeout > 0 {
 		// Kyverno's webhookConfiguration.timeoutSeconds (10s by default), the evaluation

@@ -214,10 +214,10 @@ func TestEvaluationModes(t *testing.T) {
 	for _, m := range b.Mutators {
 		byName[m.ID.Name] = m
 	}
-	if !byName["disabled"].AdmissionOff || byName["disabled"].Existing {
+	if !byName["disabled"].AdmissionOff || byName["disabled"].Background != nil {
 		t.Error("off: admission off, no mutateExisting expected")
 	}
-	if byName["existing"].AdmissionOff || !byName["existing"].Existing {
+	if byName["existing"].AdmissionOff || byName["existing"].Background == nil {
 		t.Error("existing: admission and mutateExisting expected")
 	}
 	set, err := engine.NewSet(b.Mutators)
