@@ -255,6 +255,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	// A new term scans every policy: the work a former leader left unfinished is done.
 	t.policiesChanged(ctx, &wg)
+	sample := time.NewTicker(5 * time.Second)
+	defer sample.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -262,7 +264,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-c.changed:
 			t.policiesChanged(ctx, &wg)
-		case <-time.After(time.Minute):
+		case <-sample.C:
 			c.metrics.queueDepth.Set(float64(t.queue.Len()))
 		}
 	}
