@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
@@ -27,7 +29,15 @@ import (
 // admits (serverOpts.Admitted) and follows the policies it loads (serverOpts.Loaded);
 // the leader runs the controller. src is nil with --policies (a folder): policies then
 // have no object to report on. The returned function stops the Events.
-func (o *serveOptions) setupBackground(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, w *clusterWebhooks, src *policies.Source, namespaces request.NamespaceLookup, serverOpts *webhook.Options, log *slog.Logger) (stop func(), err error) {
+func (o *serveOptions) setupBackground(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, w *clusterWebhooks, src *policies.Source, namespaces request.NamespaceLookup, serverOpts *webhook.Options, log *slog.Logger) (stop func(), err error) {
+	// The background writes have their own client, with a rate above client-go's
+	// default of 5 requests a second: a scan reads and writes every target.
+	bgCfg := rest.CopyConfig(cfg)
+	bgCfg.QPS, bgCfg.Burst = backgroundQPS, 2*backgroundQPS
+	dyn, err := dynamic.NewForConfig(bgCfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster mode: %w", err)
+	}
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	opts := background.Options{
@@ -59,6 +69,9 @@ func (o *serveOptions) setupBackground(ctx context.Context, kube kubernetes.Inte
 	serverOpts.Admitted = ctrl.Admitted
 	return broadcaster.Shutdown, nil
 }
+
+// backgroundQPS is the request rate of the background controller's client.
+const backgroundQPS = 50
 
 // selfUser is the user morph acts as (a SelfSubjectReview): the background controller
 // ignores the requests of its own writes. Empty when the API server does not say.

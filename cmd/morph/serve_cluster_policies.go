@@ -66,14 +66,10 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 		Logger:         log,
 		Loaded:         w.Policies.Loaded,
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("cluster mode: %w", err)
-	}
 	reload := o.reloadInterval
 	if o.policies != "" {
 		serverOpts.Source = &webhook.FolderSource{Policies: o.policies, Context: o.contexts, NewLoader: newLoader, Reader: o.reader}
-		stopBackground, err := o.setupBackground(ctx, kube, dyn, w, nil, nil, &serverOpts, log)
+		stopBackground, err := o.setupBackground(ctx, cfg, kube, w, nil, nil, &serverOpts, log)
 		if err != nil {
 			return err
 		}
@@ -86,6 +82,10 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	}
 	if o.cluster.newLoader == nil {
 		return errors.New("morph serve: cluster mode is not wired in this build")
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("cluster mode: %w", err)
 	}
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
@@ -108,7 +108,7 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 			}
 		}
 	}
-	stopBackground, err := o.setupBackground(ctx, kube, dyn, w, src, src.Namespaces(), &serverOpts, log)
+	stopBackground, err := o.setupBackground(ctx, cfg, kube, w, src, src.Namespaces(), &serverOpts, log)
 	if err != nil {
 		return err
 	}
