@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 )
 
 // The background tests run morph serve in cluster mode with its policies from the API
@@ -60,7 +62,15 @@ func bgSetup(t *testing.T, testCRDs bool) *bgCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, crd := range clusterDecodeCRDs(t, data) {
+		for _, u := range clusterDecode(t, data) {
+			raw, err := yaml.Marshal(u.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+				t.Fatal(err)
+			}
 			CreateCRD(t, crd)
 		}
 	}

@@ -267,8 +267,8 @@ func clusterDecodeCRDs(t *testing.T, data []byte) []*apiextensionsv1.CustomResou
 		}
 		out = append(out, crd)
 	}
-	if len(out) != 9 {
-		t.Fatalf("morph generate crds printed %d CRDs, want 9", len(out))
+	if len(out) != 10 {
+		t.Fatalf("morph generate crds printed %d CRDs, want 10 (the policy kinds and BackgroundRequest)", len(out))
 	}
 	return out
 }
