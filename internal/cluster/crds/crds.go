@@ -310,6 +310,10 @@ func providerSpec() apiextv1.JSONSchemaProps {
 
 func mutatingPolicySpec() apiextv1.JSONSchemaProps {
 	match := goSchema[admissionv1.MatchResources]()
+	// Kyverno's targetMatchConstraints add an expression that selects the targets
+	// (mutateExisting).
+	targetMatch := *match.DeepCopy()
+	targetMatch.Properties["expression"] = str("A CEL expression, in the trigger's context, returning the target or {items: [...]}.")
 	return object(props{
 		"matchConstraints":       match,
 		"failurePolicy":          enum("", "Ignore", "Fail"),
@@ -317,7 +321,8 @@ func mutatingPolicySpec() apiextv1.JSONSchemaProps {
 		"variables":              goSchema[[]admissionv1.Variable](),
 		"mutations":              goSchema[[]admissionv1.Mutation](),
 		"reinvocationPolicy":     enum("", "Never", "IfNeeded"),
-		"targetMatchConstraints": match,
+		"targetMatchConstraints": targetMatch,
+		"targetMatchConditions":  goSchema[[]admissionv1.MatchCondition](),
 		"evaluation": object(props{
 			"admission": object(props{"enabled": boolean("")}),
 			"mutateExisting": object(props{
