@@ -20,7 +20,10 @@ and AssignImage, externaldata.gatekeeper.sh Provider, policies.kyverno.io
 MutatingPolicy, NamespacedMutatingPolicy and PolicyException, and
 orkestra.orkspace.io Katalog. Each has a structural schema of the fields morph reads,
 a status subresource (condition Ready, written by morph) and the label
-app.kubernetes.io/managed-by=morph.
+app.kubernetes.io/managed-by=morph. It also prints morph's own
+backgroundrequests.morph.dev (BackgroundRequest): the triggers of policies that
+mutate existing objects, recorded by the replica that admitted them and processed by
+the leader (docs/cluster.md).
 
 morph serve does not install CRDs: create these once (or with the Helm chart). When
 Gatekeeper or Kyverno already installed a CRD of the same name, keep theirs: morph

@@ -223,8 +223,28 @@ func TestBackground(t *testing.T) {
 	sprocket("before")
 
 	m := b.start(t)
-	b.createPolicies(t, "policies.yaml")
 	b.createPolicies(t, "katalog.yaml")
+	t.Run("katalog reconcile", func(t *testing.T) {
+		sprocket("after")
+		for _, name := range []string{"before", "after"} {
+			Eventually(t, bgTimeout, func() error {
+				s, err := c.Dynamic.Resource(sprocketGVR).Namespace(b.ns).Get(t.Context(), name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				spec, _, _ := unstructured.NestedMap(s.Object, "spec")
+				// logLevel was set: the default leaves it.
+				if fmt.Sprint(spec["replicas"]) != "2" || spec["logLevel"] != "debug" {
+					return fmt.Errorf("Sprocket %s spec %v", name, spec)
+				}
+				return nil
+			})
+			Eventually(t, bgTimeout, func() error {
+				return clusterEvent(t, b.ns, "Sprocket", name, "SprocketMutation", `defaults applied: spec.replicas="2"`)
+			})
+		}
+	})
+	b.createPolicies(t, "policies.yaml")
 
 	t.Run("scan on policy creation", func(t *testing.T) {
 		Eventually(t, bgTimeout, func() error {
@@ -332,26 +352,6 @@ func TestBackground(t *testing.T) {
 		}
 	})
 
-	t.Run("katalog reconcile", func(t *testing.T) {
-		sprocket("after")
-		for _, name := range []string{"before", "after"} {
-			Eventually(t, bgTimeout, func() error {
-				s, err := c.Dynamic.Resource(sprocketGVR).Namespace(b.ns).Get(t.Context(), name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				spec, _, _ := unstructured.NestedMap(s.Object, "spec")
-				// logLevel was set: the default leaves it.
-				if fmt.Sprint(spec["replicas"]) != "2" || spec["logLevel"] != "debug" {
-					return fmt.Errorf("Sprocket %s spec %v", name, spec)
-				}
-				return nil
-			})
-			Eventually(t, bgTimeout, func() error {
-				return clusterEvent(t, b.ns, "Sprocket", name, "SprocketMutation", `defaults applied: spec.replicas="2"`)
-			})
-		}
-	})
 	if t.Failed() {
 		t.Logf("morph log:\n%s", m.log)
 	}
