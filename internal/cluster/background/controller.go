@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -69,9 +70,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Workers, ConflictRetries, MaxRequeues (the defaults when 0).
 	Workers, ConflictRetries, MaxRequeues int
-	// RateLimiter paces the requeued items (client-go's default controller limiter,
-	// per-item exponential from 5ms to 1000s and 10 qps overall, when nil).
-	RateLimiter workqueue.TypedRateLimiter[item]
+}
+
+// defaultRateLimiter paces requeued items: per item exponentially from 250ms (so that
+// the DefaultMaxRequeues attempts span about a minute, enough for an API server to come
+// back), at most 5 minutes, and 10 a second overall with bursts of 100, as client-go's
+// default controller limiter.
+func defaultRateLimiter() workqueue.TypedRateLimiter[item] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[item](250*time.Millisecond, 5*time.Minute),
+		&workqueue.TypedBucketRateLimiter[item]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // Controller is the background controller. Every replica feeds it its policies
@@ -224,10 +233,7 @@ func (ps *policySet) only(id engine.ID) (request.Policies, bool) {
 // existing objects (all of them at the start of a term, then each new or changed one),
 // and reconciles the objects of the reconciled policies. It returns when ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	limiter := c.opts.RateLimiter
-	if limiter == nil {
-		limiter = workqueue.DefaultTypedControllerRateLimiter[item]()
-	}
+	limiter := defaultRateLimiter()
 	t := &term{
 		c:       c,
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[item]{Name: "morph-background"}),

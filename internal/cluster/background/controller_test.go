@@ -1,0 +1,194 @@
+package background
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/morph-dev/morph/internal/cluster/crds"
+	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/policy"
+	"github.com/morph-dev/morph/internal/webhook"
+)
+
+// labelPolicy is a policy mutating existing ConfigMaps: it sets the label key to the
+// trigger's operation ("scan" without a trigger). Its scan selects scanned, a trigger
+// triggered; requests named "trigger" trigger it.
+func labelPolicy(key string, scanned, triggered []string) engine.Mutator {
+	refs := func(names []string) []engine.ObjectRef {
+		out := make([]engine.ObjectRef, len(names))
+		for i, n := range names {
+			out[i] = configMapTarget(n)
+		}
+		return out
+	}
+	ops, _ := engine.OperationsOf("*")
+	return engine.Mutator{
+		Descriptor: engine.Descriptor{
+			ID:      engine.ID{Dialect: "test", Kind: "Policy", Name: key},
+			Targets: []engine.Target{{Group: "", Version: "v1", Kind: "ConfigMap", Operations: ops}},
+			Background: &engine.Background{
+				Triggers: func(_ context.Context, req *engine.Request) (bool, error) { return req.Name == "trigger", nil },
+				Targets: func(_ context.Context, trigger *engine.Request, _ engine.Objects) ([]engine.ObjectRef, error) {
+					if trigger == nil {
+						return refs(scanned), nil
+					}
+					return refs(triggered), nil
+				},
+			},
+		},
+		Mutate: func(_ context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+			value := "scan"
+			if req.Trigger != nil && req.Trigger.Name == "trigger" {
+				value = string(req.Trigger.Operation)
+			}
+			md, _ := obj["metadata"].(map[string]any)
+			labels, _ := md["labels"].(map[string]any)
+			if labels[key] == value {
+				return obj, nil
+			}
+			out, md := w.Map(obj), w.Map(md)
+			labels = w.Map(labels)
+			labels[key] = value
+			md["labels"], out["metadata"] = labels, md
+			w.Changed(engine.Pointer("metadata", "labels", key))
+			return out, nil
+		},
+	}
+}
+
+func newFakeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		configMaps:                     "ConfigMapList",
+		crds.BackgroundRequestResource: "BackgroundRequestList",
+	}, objs...)
+}
+
+// await polls cond until it holds, failing the test after a bound (a bound on a
+// wait, not a timing assertion).
+func await(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	var err error
+	for range 200 {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+func labelOf(t *testing.T, client *dynamicfake.FakeDynamicClient, name, key string) string {
+	t.Helper()
+	u, err := client.Resource(configMaps).Namespace("apps").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.GetLabels()[key]
+}
+
+// TestRunScansAndProcessesRequests: a term scans every policy, processes the
+// BackgroundRequests a former leader left (mutating the targets of their triggers, as
+// the trigger's operation says) and deletes each once done.
+func TestRunScansAndProcessesRequests(t *testing.T) {
+	policyMutator := labelPolicy("seen", []string{"a"}, []string{"b", "c"})
+	spec, err := requestSpec(policyMutator.ID, &engine.Request{
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Resource: configMaps,
+		Operation: engine.Delete, Namespace: "apps", Name: "trigger",
+		OldObject: newConfigMap("trigger").Object,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "morph.dev/v1alpha1", "kind": "BackgroundRequest",
+		"metadata": map[string]any{"name": "bg-left", "namespace": "morph", "uid": "u1"},
+		"spec":     spec,
+	}}
+	client := newFakeClient(newConfigMap("a"), newConfigMap("b"), newConfigMap("c"), newConfigMap("d"), left)
+	c, err := New(Options{Client: client, Namespace: "morph"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Loaded(&webhook.Snapshot{Bundle: &policy.Bundle{Mutators: []engine.Mutator{policyMutator}}})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	await(t, "the scan and the left request", func() error {
+		for name, want := range map[string]string{"a": "scan", "b": "DELETE", "c": "DELETE", "d": ""} {
+			if got := labelOf(t, client, name, "seen"); got != want {
+				return fmt.Errorf("ConfigMap %s label %q, want %q", name, got, want)
+			}
+		}
+		return nil
+	})
+	await(t, "the request deleted", func() error {
+		_, err := client.Resource(crds.BackgroundRequestResource).Namespace("morph").Get(context.Background(), "bg-left", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (error %v)", err)
+	})
+}
+
+// TestAdmittedRecords: an admitted request that triggers a policy becomes a
+// BackgroundRequest (its object as admitted); one that does not, a dry run aside
+// (the webhook never calls Admitted for those), and morph's own requests record
+// nothing.
+func TestAdmittedRecords(t *testing.T) {
+	client := newFakeClient()
+	c, err := New(Options{Client: client, Namespace: "morph", Self: "system:serviceaccount:morph:morph"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := labelPolicy("seen", nil, nil)
+	c.Loaded(&webhook.Snapshot{Bundle: &policy.Bundle{Mutators: []engine.Mutator{p}}})
+	req := func(name, user string) *engine.Request {
+		return &engine.Request{
+			Kind: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Resource: configMaps,
+			Operation: engine.Create, Namespace: "apps", Name: name, Object: newConfigMap(name).Object,
+			UserInfo: engine.UserInfo{Username: user},
+		}
+	}
+	mutated := newConfigMap("trigger")
+	mutated.SetLabels(map[string]string{"admitted": "yes"})
+	c.Admitted(context.Background(), req("trigger", "alice"), "", &engine.Result{Object: mutated.Object})
+	c.Admitted(context.Background(), req("other", "alice"), "", nil)
+	c.Admitted(context.Background(), req("trigger", "system:serviceaccount:morph:morph"), "", nil)
+	c.Admitted(context.Background(), req("trigger", "bob"), "another-group", nil)
+	for len(c.triggers) > 0 {
+		c.record(context.Background(), <-c.triggers)
+	}
+	l, err := client.Resource(crds.BackgroundRequestResource).Namespace("morph").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) != 1 {
+		t.Fatalf("%d BackgroundRequests, want 1 (alice's trigger): %v", len(l.Items), l.Items)
+	}
+	id, trigger, err := decodeRequest(&l.Items[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != p.ID || trigger.UserInfo.Username != "alice" {
+		t.Errorf("recorded %v by %q", id, trigger.UserInfo.Username)
+	}
+	if got := (&unstructured.Unstructured{Object: trigger.Object}).GetLabels()["admitted"]; got != "yes" {
+		t.Errorf("the trigger is not the object as admitted: labels %v", trigger.Object["metadata"])
+	}
+	if l.Items[0].GetLabels()[PolicyLabel] != "seen" {
+		t.Errorf("labels %v", l.Items[0].GetLabels())
+	}
+}
