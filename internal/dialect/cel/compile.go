@@ -27,6 +27,10 @@ type programSpec struct {
 	name            string
 	// auditAnnotations (Kyverno) are compiled to report their errors only.
 	auditAnnotations []admissionv1.AuditAnnotation
+	// targetExpression and targetMatchConditions (Kyverno mutateExisting) select the
+	// existing objects a trigger mutates and check each (background.go).
+	targetExpression      string
+	targetMatchConditions []admissionv1.MatchCondition
 }
 
 // program is a policy compiled exactly as the API server compiles a

@@ -316,12 +316,6 @@ func validateParamRef(doc policy.Document, field string, p *admissionv1.ParamRef
 // differently.
 func unimplementedKyvernoFields(doc policy.Document, spec *kyvernoPolicySpec) []error {
 	var errs []error
-	if len(spec.TargetMatchConditions) > 0 {
-		errs = append(errs, doc.Errorf("spec.targetMatchConditions", "morph does not implement targetMatchConditions yet: select the existing objects with targetMatchConstraints"))
-	}
-	if t := spec.TargetMatchConstraints; t != nil && t.Expression != "" {
-		errs = append(errs, doc.Errorf("spec.targetMatchConstraints.expression", "morph does not implement targetMatchConstraints.expression yet: select the existing objects with resourceRules and selectors"))
-	}
 	if ev := spec.Evaluation; ev != nil {
 		if ev.Mode != "" && ev.Mode != "Kubernetes" {
 			errs = append(errs, doc.Errorf("spec.evaluation.mode", "%q is not supported: morph evaluates Kubernetes objects (mode Kubernetes)", ev.Mode))

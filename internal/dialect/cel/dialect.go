@@ -387,15 +387,22 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 			}
 		}
 	}
-	if spec.TargetMatchConstraints != nil {
-		t := &spec.TargetMatchConstraints.MatchResources
-		if len(t.ResourceRules) == 0 {
-			errs = append(errs, doc.Errorf("spec.targetMatchConstraints.resourceRules", "required: at least one rule says which existing resources the policy mutates"))
+	if tc := spec.TargetMatchConstraints; tc != nil {
+		t := &tc.MatchResources
+		if len(t.ResourceRules) == 0 && tc.Expression == "" {
+			errs = append(errs, doc.Errorf("spec.targetMatchConstraints.resourceRules", "required: at least one rule (or an expression) says which existing resources the policy mutates"))
 		}
 		defaultMatchResources(t)
 		errs = append(errs, validateMatchResources(doc, "spec.targetMatchConstraints", t, false)...)
-		m.targetConstraints = t
+		if len(t.ResourceRules) > 0 {
+			m.targetConstraints = t
+		}
+		// Kyverno 1.19 (pkg/cel/policies/mpol/engine/predicate.go,
+		// NoTargetMatchConstraintPolicy): a policy with target rules or a target
+		// expression mutates its targets only, never the trigger at admission.
+		m.targetOnly = len(t.ResourceRules) > 0 || tc.Expression != ""
 	}
+
 	if wc := spec.WebhookConfiguration; wc != nil && wc.TimeoutSeconds != nil {
 		if s := *wc.TimeoutSeconds; s < 1 || s > 30 {
 			errs = append(errs, doc.Errorf("spec.webhookConfiguration.timeoutSeconds", "%d is out of range: use 1 to 30 seconds", s))
@@ -424,6 +431,9 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		failurePolicy:    spec.FailurePolicy,
 		name:             doc.Name(),
 		auditAnnotations: spec.AuditAnnotations,
+
+		targetMatchConditions: spec.TargetMatchConditions,
+		targetExpression:      targetExpression(spec),
 	})
 	errs = append(errs, cerrs...)
 	if len(errs) > 0 {
@@ -460,12 +470,14 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		m.targets = append(m.targets, autogenTargets(m.autogen)...)
 	}
 	if m.existing {
-		c := m.constraints
-		if m.targetConstraints != nil {
-			c = m.targetConstraints
-		}
-		m.existingConstraints = anyOperation(c)
-		m.targets = append(m.targets, r.targetsOf(m.existingConstraints.ResourceRules, true)...)
+		m.targets = append(m.targets, r.targetsOf(anyOperation(m.selectConstraints()).ResourceRules, true)...)
 	}
 	return m, nil
+}
+
+func targetExpression(spec *kyvernoPolicySpec) string {
+	if spec.TargetMatchConstraints == nil {
+		return ""
+	}
+	return spec.TargetMatchConstraints.Expression
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,9 +27,18 @@ import (
 func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *admission.VersionedAttributes, obj, old map[string]any, inv *invocation) (map[string]any, error) {
 	r := resolver{store: m.d.opts.Objects}
 	attr := va.Attributes
-	areq := plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(inv.gvr), metav1.GroupVersionKind(va.VersionedKind))
-	ns := r.namespaceObject(req, attr)
-	data, err := newKyvernoData(areq, obj, old, ns)
+	var data map[string]any
+	var ns *corev1.Namespace
+	var err error
+	if req.Background {
+		// A target of mutateExisting: request is the trigger's, namespaceObject null
+		// (background.go).
+		data, err = m.targetData(triggerOf(req), obj)
+	} else {
+		areq := plugincel.CreateAdmissionRequest(attr, metav1.GroupVersionResource(inv.gvr), metav1.GroupVersionKind(va.VersionedKind))
+		ns = r.namespaceObject(req, attr)
+		data, err = newKyvernoData(areq, obj, old, ns)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -55,9 +65,15 @@ func (m *Mutator) evaluateKyverno(ctx context.Context, req *engine.Request, va *
 		}
 	}
 	p.bindVariables(ctx, data)
-	ok, err := matchAll(ctx, p.matchConditions, data)
+	conds, what := p.matchConditions, "match conditions"
+	if req.Background {
+		// On a target only targetMatchConditions are checked: matchConditions were
+		// the trigger's (Kyverno's EvaluateTarget).
+		conds, what = p.targetMatchConditions, "target match conditions"
+	}
+	ok, err := matchAll(ctx, conds, data)
 	if err != nil {
-		return nil, fmt.Errorf("match conditions: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if !ok {
 		return nil, nil

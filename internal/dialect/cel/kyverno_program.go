@@ -37,6 +37,11 @@ type kyvernoProgram struct {
 	// rewritten lists the expressions autogen rewrote (for --explain), for a program
 	// compiled for pod controllers.
 	rewritten []string
+	// targetExpression selects the targets of a trigger (targetMatchConstraints.expression),
+	// or is nil; targetMatchConditions are checked on each target instead of
+	// matchConditions (background.go).
+	targetExpression      celgo.Program
+	targetMatchConditions []kyvernoCondition
 }
 
 type kyvernoVariable struct {
@@ -86,7 +91,7 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 			return nil
 		}
 		if want != nil && !ast.OutputType().IsExactType(want) {
-			errs = append(errs, doc.Errorf(field, "output is expected to be of type %s, not %s", want.TypeName(), ast.OutputType()))
+			errs = append(errs, doc.Errorf(field, "output is expected to be of type %s, not %s", want, ast.OutputType()))
 			return nil
 		}
 		for _, name := range calledFunctions(ast) {
@@ -134,6 +139,25 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 		if prog := compile(field+".expression", mc.Expression, celgo.BoolType); prog != nil {
 			p.matchConditions = append(p.matchConditions, kyvernoCondition{name: mc.Name, prog: prog})
 		}
+	}
+	names = map[string]bool{}
+	for i, mc := range spec.targetMatchConditions {
+		field := fmt.Sprintf("spec.targetMatchConditions[%d]", i)
+		if mc.Name == "" {
+			errs = append(errs, doc.Errorf(field+".name", "required"))
+		} else if names[mc.Name] {
+			errs = append(errs, doc.Errorf(field+".name", "target match condition %q is defined twice", mc.Name))
+		}
+		names[mc.Name] = true
+		if prog := compile(field+".expression", mc.Expression, celgo.BoolType); prog != nil {
+			p.targetMatchConditions = append(p.targetMatchConditions, kyvernoCondition{name: mc.Name, prog: prog})
+		}
+	}
+	if spec.targetExpression != "" {
+		// Kyverno 1.19 (pkg/cel/policies/mpol/compiler/compiler.go) wants exactly
+		// map(string, google.protobuf.Any), what resource.get and resource.list return:
+		// one object, or a list as {items: [...]}.
+		p.targetExpression = compile("spec.targetMatchConstraints.expression", spec.targetExpression, celgo.MapType(celgo.StringType, celgo.AnyType))
 	}
 	if len(spec.mutations) == 0 {
 		errs = append(errs, doc.Errorf("spec.mutations", "required: give at least one mutation"))

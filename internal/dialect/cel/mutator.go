@@ -44,18 +44,20 @@ type Mutator struct {
 	paramRef  *admissionv1.ParamRef
 
 	// Kyverno only.
-	kyverno           bool
-	namespace         string // a NamespacedMutatingPolicy mutates its own namespace only
-	admission         bool
-	existing          bool
+	kyverno   bool
+	namespace string // a NamespacedMutatingPolicy mutates its own namespace only
+	admission bool
+	existing  bool
+	// targetConstraints are targetMatchConstraints when they have resource rules (else
+	// nil: matchConstraints select the targets, as in Kyverno); targetOnly says the
+	// policy has target rules or a target expression, and so does not mutate the
+	// trigger at admission.
 	targetConstraints *admissionv1.MatchResources
-	// existingConstraints match existing objects: targetConstraints (else constraints)
-	// for any operation.
-	existingConstraints *admissionv1.MatchResources
-	timeout             time.Duration
-	controllers         []controller
-	autogen             *admissionv1.MatchResources
-	exceptions          []boundException
+	targetOnly        bool
+	timeout           time.Duration
+	controllers       []controller
+	autogen           *admissionv1.MatchResources
+	exceptions        []boundException
 }
 
 // compiled is the policy as the engine runs it.
@@ -84,19 +86,6 @@ func (m *Mutator) compiled() engine.Mutator {
 		d.Timeout, d.TimeoutField = m.timeout, "webhookConfiguration.timeoutSeconds"
 	}
 	return engine.Mutator{Descriptor: d, Mutate: m.Mutate}
-}
-
-// matchesTarget reports whether an existing object is one this policy mutates in the
-// background: it must match targetMatchConstraints, or matchConstraints when the policy
-// has none. req describes the object as an UPDATE of itself.
-func (m *Mutator) matchesTarget(req *engine.Request) (bool, error) {
-	if !m.existing {
-		return false, nil
-	}
-	r := resolver{store: m.d.opts.Objects}
-	attr := attributes(req, req.Object, r.requestResource(req))
-	ok, _, _, err := r.matchOne(req, attr, m.existingConstraints)
-	return ok, err
 }
 
 // anyOperation copies match constraints with every rule's operations set to "*": an
@@ -137,12 +126,15 @@ func (m *Mutator) match(ctx context.Context, req *engine.Request, obj map[string
 	attr := attributes(req, obj, r.requestResource(req))
 	if req.Background {
 		// Existing objects (the engine runs only mutateExisting policies on them) are
-		// matched by the policy's target constraints.
-		ok, err := m.matchesTarget(req)
+		// matched by the policy's target constraints (background.go).
+		ok, err := m.matchesTarget(req, attr)
 		if err != nil || !ok {
 			return nil, err
 		}
 		return &invocation{gvr: r.requestResource(req), gvk: req.Kind}, nil
+	}
+	if m.targetOnly {
+		return nil, nil
 	}
 	constraints := m.constraints
 	var ctrl *controller
@@ -182,7 +174,11 @@ func (m *Mutator) Mutate(ctx context.Context, req *engine.Request, obj map[strin
 	}
 	m.noteMatched(inv, "constraints")
 	in := m.d.withRequestNamespace(canonical(obj, req.Kind), req)
-	old := m.d.withRequestNamespace(canonical(req.OldObject, req.Kind), req)
+	var old map[string]any
+	if !req.Background {
+		// A background target is evaluated with oldObject null (background.go).
+		old = m.d.withRequestNamespace(canonical(req.OldObject, req.Kind), req)
+	}
 	out, err := m.evaluateWithin(ctx, req, in, old, inv)
 	for _, text := range inv.warnings {
 		w.Warn(text)

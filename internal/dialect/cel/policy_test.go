@@ -240,10 +240,11 @@ func TestEvaluationModes(t *testing.T) {
 			t.Errorf("mutated by %v, want %s", got, tc.want)
 		}
 	}
-	// An existing Pod in any namespace matches the policy's target constraints.
-	res, err := set.Mutate(context.Background(), &engine.Request{Kind: podGVK, Operation: engine.Update, Namespace: "other", Object: testPod(), OldObject: testPod(), Background: true})
-	if err != nil || !res.Changed() {
-		t.Errorf("background update of an existing Pod: changed %v, %v; want changed", res != nil && res.Changed(), err)
+	// A target is matched under the trigger's operation, as Kyverno's evaluation does:
+	// under UPDATE (a scan's) the CREATE-only rules do not match.
+	res, err := set.Mutate(context.Background(), &engine.Request{Kind: podGVK, Operation: engine.Update, Namespace: "other", Object: testPod(), Background: true})
+	if err != nil || res.Changed() {
+		t.Errorf("background UPDATE of an existing Pod under CREATE-only rules: changed %v, %v; want unchanged", res != nil && res.Changed(), err)
 	}
 }
 
