@@ -398,6 +398,11 @@ func (t *term) giveUp(ctx context.Context, it item, err error) {
 		t.targetDone(ctx, it, true)
 	}
 	if it.kind == kindRequest {
+		if errors.Is(err, errUnknownPolicy) {
+			t.c.log.Info("deleting a BackgroundRequest whose policy does not mutate existing objects", "request", it.request)
+			t.c.deleteRequest(ctx, it.request, &pendingRequest{})
+			return
+		}
 		t.c.log.Error("the BackgroundRequest stays for the next leader", "request", it.request)
 	}
 }

@@ -3,6 +3,7 @@ package background
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -204,16 +205,15 @@ func (t *term) request(ctx context.Context, it item) error {
 		t.c.deleteRequest(ctx, it.request, &pendingRequest{uid: string(u.GetUID())})
 		return nil
 	}
-	it.policy = id
 	ps := t.c.policies.Load()
-	if ps == nil {
-		return fmt.Errorf("no policies loaded yet")
+	p, ok := request.Policies{}, false
+	if ps != nil {
+		p, ok = ps.only(id)
 	}
-	p, ok := ps.only(id)
 	if !ok {
-		t.c.log.Info("deleting a BackgroundRequest whose policy no longer mutates existing objects", "request", it.request, "policy", id.String())
-		t.c.deleteRequest(ctx, it.request, &pendingRequest{uid: string(u.GetUID())})
-		return nil
+		// The replica that admitted the trigger may have loaded the policy before this
+		// one did: wait for it, through the queue's retries (giveUp deletes it).
+		return fmt.Errorf("%w: %s", errUnknownPolicy, id)
 	}
 	works, err := request.Triggered(ctx, p, trigger, t.c.objs)
 	if err != nil {
@@ -244,6 +244,10 @@ func (t *term) request(ctx context.Context, it item) error {
 	}
 	return nil
 }
+
+// errUnknownPolicy is the error of a BackgroundRequest whose policy the leader does not
+// serve (yet, or any more) as a policy that mutates existing objects.
+var errUnknownPolicy = errors.New("no loaded policy of that ID mutates existing objects")
 
 // deleteRequest deletes a finished BackgroundRequest (the one of uid, not a
 // successor of the same name).
