@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/morph-dev/morph/internal/cluster/crds"
 	"github.com/morph-dev/morph/internal/engine"
@@ -190,5 +191,83 @@ func TestAdmittedRecords(t *testing.T) {
 	}
 	if l.Items[0].GetLabels()[PolicyLabel] != "seen" {
 		t.Errorf("labels %v", l.Items[0].GetLabels())
+	}
+}
+
+// reconciledPolicy is a Katalog-like policy: reconciled, it defaults the label
+// replicas to "2" and notes an Event; its validation refuses ConfigMaps labelled
+// bad=yes (validation first: mutateFirst false).
+func reconciledPolicy() (engine.Mutator, engine.Validator) {
+	ops, _ := engine.OperationsOf("CREATE", "UPDATE")
+	d := engine.Descriptor{
+		ID:         engine.ID{Dialect: "test", Kind: "Katalog", Name: "k", Part: "cm"},
+		Targets:    []engine.Target{{Version: "v1", Kind: "ConfigMap", Operations: ops}},
+		Resources:  []schema.GroupVersionResource{configMaps},
+		Reconciled: true,
+	}
+	m := labelPolicy("replicas", nil, nil)
+	mutate := m.Mutate
+	m.Descriptor = d
+	m.Mutate = func(ctx context.Context, req *engine.Request, obj map[string]any, w *engine.Writer) (map[string]any, error) {
+		if (&unstructured.Unstructured{Object: obj}).GetLabels()["replicas"] != "" {
+			return obj, nil
+		}
+		out, err := mutate(ctx, req, obj, w)
+		w.Note(engine.Note{Kind: engine.NoteEvent, Reason: "ConfigMapMutation", Message: `defaults applied: metadata.labels.replicas="2"`})
+		return out, err
+	}
+	v := engine.Validator{Descriptor: d, Validate: func(_ context.Context, _ *engine.Request, obj map[string]any) ([]engine.Violation, error) {
+		if (&unstructured.Unstructured{Object: obj}).GetLabels()["bad"] == "yes" {
+			return []engine.Violation{{ID: d.ID, Field: "metadata.labels.bad", Message: "bad ConfigMap", Deny: true}}, nil
+		}
+		return nil, nil
+	}}
+	return m, v
+}
+
+// TestRunReconciles: the objects of a reconciled policy are evaluated in reconcile
+// mode and written back when changed, with the policy's Event on the object; an object
+// its validation refuses is not mutated, and a Warning Event says why.
+func TestRunReconciles(t *testing.T) {
+	bad := newConfigMap("bad")
+	bad.SetLabels(map[string]string{"bad": "yes"})
+	client := newFakeClient(newConfigMap("good"), bad)
+	recorder := record.NewFakeRecorder(10)
+	c, err := New(Options{Client: client, Namespace: "morph", Recorder: recorder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, v := reconciledPolicy()
+	c.Loaded(&webhook.Snapshot{Bundle: &policy.Bundle{Mutators: []engine.Mutator{m}, Validators: []engine.Validator{v}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	await(t, "the good ConfigMap reconciled", func() error {
+		if got := labelOf(t, client, "good", "replicas"); got == "" {
+			return fmt.Errorf("label replicas %q", got)
+		}
+		return nil
+	})
+	events := map[string]bool{}
+	for range 2 {
+		select {
+		case e := <-recorder.Events:
+			events[e] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events %v, want 2", events)
+		}
+	}
+	for _, want := range []string{
+		`Normal ConfigMapMutation defaults applied: metadata.labels.replicas="2"`,
+		"Warning " + ReasonDenied + " bad ConfigMap",
+	} {
+		if !events[want] {
+			t.Errorf("no event %q among %v", want, events)
+		}
+	}
+	if got := labelOf(t, client, "bad", "replicas"); got != "" {
+		t.Errorf("the refused ConfigMap was mutated: replicas %q", got)
 	}
 }
