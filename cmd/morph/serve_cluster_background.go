@@ -8,8 +8,10 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -46,6 +48,7 @@ func (o *serveOptions) setupBackground(ctx context.Context, cfg *rest.Config, ku
 		Recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: policies.Component}),
 		Namespaces: namespaces,
 		Self:       selfUser(ctx, kube, log),
+		Access:     accessReviewer{kube},
 		Logger:     log.With("component", "background"),
 	}
 	if src != nil {
@@ -107,4 +110,20 @@ func (s sourcePolicies) Object(id engine.ID) (*corev1.ObjectReference, string, b
 		return ref, string(r.UID) + "/" + strconv.FormatInt(o.Generation, 10), true
 	}
 	return nil, "", false
+}
+
+// accessReviewer asks the API server whether morph may do a verb on a resource (a
+// SelfSubjectAccessReview, across all namespaces).
+type accessReviewer struct{ kube kubernetes.Interface }
+
+func (a accessReviewer) Allowed(ctx context.Context, verb string, resource schema.GroupVersionResource, subresource string) (bool, error) {
+	r, err := a.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: verb, Group: resource.Group, Version: resource.Version, Resource: resource.Resource, Subresource: subresource,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return r.Status.Allowed, nil
 }

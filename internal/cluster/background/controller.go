@@ -62,6 +62,9 @@ type Options struct {
 	// Policies finds the object of a policy (for Events and to tell a changed policy);
 	// without it every policy counts as unchanged once scanned.
 	Policies PolicyObjects
+	// Access reviews morph's permissions on the resources of a policy scanned or
+	// reconciled (not reviewed when nil).
+	Access AccessReviewer
 	// Self is the user name morph writes as: requests it made trigger nothing (the
 	// background writes would otherwise trigger their own policies again), as Kyverno's
 	// skipBackgroundRequests does. Empty: every request may trigger.
@@ -447,6 +450,9 @@ func (t *term) scan(ctx context.Context, it item) error {
 	ps := t.c.policies.Load()
 	if ps == nil || ps.byID[it.policy].Background == nil {
 		return nil // the policy is gone, or no longer mutates existing objects
+	}
+	if t.queue.NumRequeues(it) == 0 {
+		t.c.checkAccess(ctx, []engine.ID{it.policy}, targetAccess(ps.byID[it.policy].Background.TargetResources))
 	}
 	start := time.Now()
 	works, err := request.Scan(ctx, ps.all, it.policy, t.c.objs)

@@ -266,6 +266,9 @@ func (t *term) watchReconciled(ctx context.Context, wg *sync.WaitGroup, ps *poli
 			continue
 		}
 		wctx, cancel := context.WithCancel(ctx)
+		// The review calls the API server: not under t.mu.
+		ids := ps.reconcilers[gvr]
+		wg.Go(func() { t.c.checkAccess(wctx, ids, reconcileAccess(gvr)) })
 		t.watches[gvr], t.reconcilers[gvr], t.reconciledVersions[gvr] = cancel, inf, version
 		t.c.log.Info("reconciling", "resource", gvr.String(), "kind", r.kind.Kind)
 		wg.Go(func() { inf.Run(wctx.Done()) })
