@@ -327,6 +327,14 @@ func TestBackground(t *testing.T) {
 			t.Errorf("Secret other, not a target, was mutated: %q", a)
 		}
 		b.awaitBackgroundRequestsGone(t)
+		// Each of the three went through a BackgroundRequest, recorded by the replica
+		// that admitted it and deleted by the leader once done.
+		recorded := bgMetric(t, b, m, `morph_background_triggers_total\{outcome="recorded"\}`)
+		done := bgMetric(t, b, m, `morph_background_requests_total\{outcome="done"\}`)
+		t.Logf("BackgroundRequests recorded %v, done %v", recorded, done)
+		if recorded < 3 || done < 3 {
+			t.Errorf("BackgroundRequests recorded %v, done %v; want at least 3 each (CREATE, UPDATE, DELETE)", recorded, done)
+		}
 	})
 
 	t.Run("expression target", func(t *testing.T) {
