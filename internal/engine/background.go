@@ -40,7 +40,7 @@ func (r ObjectRef) String() string {
 	if r.SubResource != "" {
 		res += "/" + r.SubResource
 	}
-	return fmt.Sprintf("%s %s (%s)", r.Kind.Kind, name, res)
+	return fmt.Sprintf("%s %s [%s]", r.Kind.Kind, name, res)
 }
 
 // Background describes how a policy mutates objects that already exist (Kyverno's
