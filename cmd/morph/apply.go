@@ -59,7 +59,8 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 		Example: `  morph apply -p examples/gatekeeper/policies -f examples/gatekeeper/pod.yaml
   kustomize build . | morph apply -p policies/ -f -
   morph apply -p policies/ -f deploy.yaml -o patch
-  morph apply -p policies/ -f deploy.yaml --explain -o diff`,
+  morph apply -p policies/ -f deploy.yaml --explain -o diff
+  morph apply -p mutate-existing.yaml -f trigger.yaml --existing configmaps.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rd, err := inputReader(cmd)
@@ -83,7 +84,7 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 	f.StringVar(&o.mode, "mode", "admission", "admission (mutate, then validate) or reconcile (validate first unless the policy says mutateFirst)")
 	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace for namespaced objects that name none")
 	f.StringVar(&o.subresource, "subresource", "", "submit the inputs as requests for this subresource: NAME (binding, eviction, status), RESOURCE/NAME or GROUP/VERSION/RESOURCE/NAME (apps/v1/deployments/scale)")
-	f.StringSliceVar(&o.existing, "existing", nil, "existing objects to mutate as the background controller does (policies with mutateExisting, matched by targetMatchConstraints)")
+	f.StringSliceVar(&o.existing, "existing", nil, "objects that exist, mutated after admission as the background controller does (Kyverno mutateExisting); without -f, the policies' creation scan")
 	return cmd
 }
 
@@ -187,14 +188,14 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if o.mode == "reconcile" {
 		mode = request.Reconcile
 	}
-	// Namespaced context (and --existing) objects that name no namespace are in
-	// --namespace, as the API server would have put them.
 	// The --existing objects exist, as the context objects do: policies read them
 	// (resource.get/list) and the background mutates them.
 	bg, err := newBackgroundRun(rt, existing)
 	if err != nil {
 		return err
 	}
+	// Namespaced context (and --existing) objects that name no namespace are in
+	// --namespace, as the API server would have put them.
 	rt.Store.DefaultNamespace(o.namespace)
 	bg.start(o.namespace)
 

@@ -283,6 +283,8 @@ func TestApplyBackground(t *testing.T) {
 		{"expression-delete", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger-old.yaml", "--operation", "DELETE", "--existing", dir + "/existing.yaml", "-o", "patch"}},
 		// The scan of an expression policy runs once per existing trigger object.
 		{"expression-scan", []string{"-p", dir + "/expression-policy.yaml", "--existing", dir + "/existing.yaml," + dir + "/trigger-old.yaml", "-o", "patch"}},
+		// The README's example.
+		{"readme-example", []string{"-p", examples + "/existing/label-configmaps.yaml", "-f", examples + "/existing/test-namespace.yaml", "--context", examples + "/existing/namespaces.yaml", "--existing", examples + "/existing/configmaps.yaml", "-o", "diff"}},
 		// A subresource in the target rule is the route of the write (--explain names it).
 		{"subresource-route", []string{"-p", dir + "/status-policy.yaml", "--context", dir + "/widget-crd.yaml", "--existing", dir + "/widgets.yaml", "--explain", "-o", "patch"}},
 	}
