@@ -58,7 +58,8 @@ func fakeBackground(name string, admissionOff bool, targets []string, expression
 			}
 			return refs(""), nil
 		},
-		Expression: expression,
+		Expression:             expression,
+		SkipBackgroundRequests: name != "expr",
 		ScanTriggers: func(context.Context, engine.Objects) ([]*engine.Request, error) {
 			return []*engine.Request{{Operation: engine.Update, Name: "t1"}, {Operation: engine.Update, Name: "t2"}}, nil
 		},
@@ -113,6 +114,17 @@ func TestTriggeredAndScan(t *testing.T) {
 		{"not triggered", func() ([]Work, error) {
 			return Triggered(ctx, p, &engine.Request{Operation: engine.Create, Name: "other"}, nil)
 		}, ""},
+		// A dry run triggers nothing (Kyverno honours SideEffects NoneOnDryRun).
+		{"dry run", func() ([]Work, error) {
+			return Triggered(ctx, p, &engine.Request{Operation: engine.Create, Name: "trigger", DryRun: true}, nil)
+		}, ""},
+		// The background controller's own writes trigger only the policies that do
+		// not skip background requests.
+		{"background user", func() ([]Work, error) {
+			bp := p
+			bp.BackgroundUser = "system:serviceaccount:morph-system:morph"
+			return Triggered(ctx, bp, &engine.Request{Operation: engine.Update, Name: "trigger", UserInfo: engine.UserInfo{Username: bp.BackgroundUser}}, nil)
+		}, "expr:e-of-trigger<trigger"},
 		// The scan has no trigger; off at admission or not.
 		{"scan", func() ([]Work, error) { return Scan(ctx, p, off.ID, nil) }, "off:z"},
 		// An expression policy's scan runs once per trigger object.

@@ -65,10 +65,11 @@ func (m *Mutator) selectConstraints() *admissionv1.MatchResources {
 func (m *Mutator) background() *engine.Background {
 	r := resolver{store: m.d.opts.Objects}
 	b := &engine.Background{
-		Triggers:         m.triggers,
-		Targets:          m.backgroundTargets,
-		TargetResources:  r.routesOf(m.selectConstraints().ResourceRules),
-		TriggerResources: r.routesOf(m.constraints.ResourceRules),
+		Triggers:               m.triggers,
+		Targets:                m.backgroundTargets,
+		SkipBackgroundRequests: m.skipBackground,
+		TargetResources:        r.routesOf(m.selectConstraints().ResourceRules),
+		TriggerResources:       r.routesOf(m.constraints.ResourceRules),
 	}
 	if m.kprog.targetExpression != nil {
 		b.Expression = true
@@ -136,7 +137,7 @@ type listed struct {
 	obj map[string]any
 }
 
-// listRule lists the objects of the resources the rules name, in the policy's namespace
+// listRules lists the objects of the resources the rules name, in the policy's namespace
 // for a NamespacedMutatingPolicy, each once, in the order of the rules.
 func (m *Mutator) listRules(ctx context.Context, rulesList []admissionv1.NamedRuleWithOperations, objs engine.Objects) ([]listed, error) {
 	r := resolver{store: m.d.opts.Objects}

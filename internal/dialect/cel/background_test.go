@@ -345,3 +345,17 @@ func TestBackgroundResources(t *testing.T) {
 		t.Errorf("resources %q, want %q", strings.Join(got, "|"), want)
 	}
 }
+
+// TestSkipBackgroundRequests reads evaluation.skipBackgroundRequests (default true).
+func TestSkipBackgroundRequests(t *testing.T) {
+	for _, tt := range []struct {
+		set  string
+		want bool
+	}{{"", true}, {"    skipBackgroundRequests: false\n", false}, {"    skipBackgroundRequests: true\n", true}} {
+		src := strings.Replace(bgCase{}.policyYAML(), "  evaluation:\n", "  evaluation:\n"+tt.set, 1)
+		p, _ := loadBackground(t, bgStore(t), src)
+		if got := p.Set.Mutators()[0].Background.SkipBackgroundRequests; got != tt.want {
+			t.Errorf("%q: SkipBackgroundRequests %v, want %v", tt.set, got, tt.want)
+		}
+	}
+}
