@@ -248,8 +248,7 @@ func (m *Mutator) expressionTargets(ctx context.Context, trigger *engine.Request
 	}
 	m.kprog.bindVariables(ctx, data)
 	if ok, err := matchAll(ctx, m.kprog.matchConditions, data); err != nil || !ok {
-		// Kyverno's MatchesConditions answers false on an error too.
-		return nil, nil
+		return nil, nil //nolint:nilerr // Kyverno's MatchesConditions answers false on an error too
 	}
 	out, _, err := m.kprog.targetExpression.ContextEval(ctx, data)
 	if err != nil {
