@@ -59,7 +59,8 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 		Example: `  morph apply -p examples/gatekeeper/policies -f examples/gatekeeper/pod.yaml
   kustomize build . | morph apply -p policies/ -f -
   morph apply -p policies/ -f deploy.yaml -o patch
-  morph apply -p policies/ -f deploy.yaml --explain -o diff`,
+  morph apply -p policies/ -f deploy.yaml --explain -o diff
+  morph apply -p mutate-existing.yaml -f trigger.yaml --existing configmaps.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rd, err := inputReader(cmd)
@@ -83,7 +84,7 @@ evaluated, 2 usage, 3 an object was denied by a validation rule.`,
 	f.StringVar(&o.mode, "mode", "admission", "admission (mutate, then validate) or reconcile (validate first unless the policy says mutateFirst)")
 	f.StringVarP(&o.namespace, "namespace", "n", "default", "namespace for namespaced objects that name none")
 	f.StringVar(&o.subresource, "subresource", "", "submit the inputs as requests for this subresource: NAME (binding, eviction, status), RESOURCE/NAME or GROUP/VERSION/RESOURCE/NAME (apps/v1/deployments/scale)")
-	f.StringSliceVar(&o.existing, "existing", nil, "existing objects to mutate as the background controller does (policies with mutateExisting, matched by targetMatchConstraints)")
+	f.StringSliceVar(&o.existing, "existing", nil, "objects that exist, mutated after admission as the background controller does (Kyverno mutateExisting); without -f, the policies' creation scan")
 	return cmd
 }
 
@@ -166,9 +167,6 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if err != nil {
 		return err
 	}
-	// Namespaced context objects that name no namespace are in --namespace, as the API
-	// server would have put them.
-	rt.Store.DefaultNamespace(o.namespace)
 	inputs, err := o.reader.Read(o.files, stdin)
 	if err != nil {
 		return err
@@ -190,46 +188,40 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 	if o.mode == "reconcile" {
 		mode = request.Reconcile
 	}
+	// The --existing objects exist, as the context objects do: policies read them
+	// (resource.get/list) and the background mutates them.
+	bg, err := newBackgroundRun(rt, existing)
+	if err != nil {
+		return err
+	}
+	// Namespaced context (and --existing) objects that name no namespace are in
+	// --namespace, as the API server would have put them.
+	rt.Store.DefaultNamespace(o.namespace)
+	bg.start(o.namespace)
 
 	var outputs []map[string]any
 	var patches []engine.Patch
+	var work []request.Work
 	failed, denied := 0, 0
-	for i, d := range append(inputs, existing...) {
-		isExisting := i >= len(inputs)
-		reqOp := op
-		if isExisting {
-			// An existing object is mutated as an update of itself.
-			reqOp = engine.Update
-		}
-		req, err := o.request(rt.Store, d, reqOp, olds, user)
+	for _, d := range inputs {
+		req, err := o.request(rt.Store, d, op, olds, user)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
 			failed++
 			continue
 		}
-		var res *engine.Result
-		var violations []engine.Violation
-		if isExisting {
-			// An existing object is mutated as the background controller does: by the
-			// policies that mutate existing objects, as an update of itself.
-			req.OldObject, req.Background = req.Object, true
-			res, err = rt.Set.Mutate(ctx, req)
-		} else {
-			var ev *request.Evaluation
-			if ev, err = request.Evaluate(ctx, rt.Policies(), req, mode); err == nil {
-				res, violations = ev.Result, ev.Violations
-			}
-		}
+		ev, err := request.Evaluate(ctx, rt.Policies(), req, mode)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
 			failed++
 			continue
 		}
+		res := ev.Result
 		for _, w := range res.Warnings {
 			fmt.Fprintf(stderr, "warning: %s: %s\n", d.Where(), w)
 		}
 		deniedHere := false
-		for _, v := range violations {
+		for _, v := range ev.Violations {
 			if v.Deny {
 				deniedHere = true
 				fmt.Fprintf(stderr, "denied: %s: %s: %s\n", d.Where(), v.ID, v.Message)
@@ -238,7 +230,7 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 			}
 		}
 		if o.explain {
-			explain(stderr, d, res)
+			explain(stderr, objectName(d.Object), d.Where(), res)
 		}
 		if deniedHere {
 			denied++
@@ -247,7 +239,37 @@ func (o *applyOptions) run(ctx context.Context, newLoader func(*objects.Store) *
 		outputs = append(outputs, res.Object)
 		patches = append(patches, res.Patch)
 		if o.output == "diff" {
-			if err := writeDiff(stdout, d, req.Object, res.Object); err != nil {
+			if err := writeDiff(stdout, objectName(d.Object), req.Object, res.Object); err != nil {
+				return err
+			}
+		}
+		if mode == request.Admission {
+			// The admitted request triggers the policies that mutate existing objects,
+			// as in a cluster once the API server stored the object.
+			w, err := bg.admitted(ctx, req, res.Object)
+			if err != nil {
+				fmt.Fprintf(stderr, "error: %s: %v\n", d.Where(), err)
+				failed++
+			}
+			work = append(work, w...)
+		}
+	}
+	if len(inputs) == 0 && len(o.files) == 0 {
+		// No triggers: the scan of every policy that mutates existing objects, as when
+		// the policies are created.
+		w, err := bg.scan(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			failed++
+		}
+		work = append(work, w...)
+	}
+	failed += bg.run(ctx, work, o.explain, stderr)
+	for _, t := range bg.targets() {
+		outputs = append(outputs, t.after)
+		patches = append(patches, engine.Diff(t.before, t.after))
+		if o.output == "diff" {
+			if err := writeDiff(stdout, objectName(t.before), t.before, t.after); err != nil {
 				return err
 			}
 		}
@@ -340,7 +362,7 @@ func (o *applyOptions) print(w io.Writer, outputs []map[string]any, patches []en
 	return nil
 }
 
-func writeDiff(w io.Writer, d policy.Document, before, after map[string]any) error {
+func writeDiff(w io.Writer, name string, before, after map[string]any) error {
 	a, err := yaml.Marshal(before)
 	if err != nil {
 		return err
@@ -352,7 +374,6 @@ func writeDiff(w io.Writer, d policy.Document, before, after map[string]any) err
 	if bytes.Equal(a, b) {
 		return nil
 	}
-	name := objectName(d)
 	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
 		FromFile: name + " (input)", ToFile: name + " (mutated)", Context: 3,
@@ -364,16 +385,20 @@ func writeDiff(w io.Writer, d policy.Document, before, after map[string]any) err
 	return err
 }
 
-func objectName(d policy.Document) string {
-	if ns := d.Namespace(); ns != "" {
-		return fmt.Sprintf("%s %s/%s", d.Kind(), ns, d.Name())
+// objectName names an object for users: Kind namespace/name, or Kind name.
+func objectName(obj map[string]any) string {
+	kind, _ := obj["kind"].(string)
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	if ns, _ := md["namespace"].(string); ns != "" {
+		return fmt.Sprintf("%s %s/%s", kind, ns, name)
 	}
-	return fmt.Sprintf("%s %s", d.Kind(), d.Name())
+	return fmt.Sprintf("%s %s", kind, name)
 }
 
-func explain(w io.Writer, d policy.Document, res *engine.Result) {
+func explain(w io.Writer, name, where string, res *engine.Result) {
 	mutated := res.Mutated()
-	fmt.Fprintf(w, "%s (%s): ", objectName(d), d.Where())
+	fmt.Fprintf(w, "%s (%s): ", name, where)
 	if len(mutated) == 0 {
 		fmt.Fprintf(w, "not mutated (%d passes)\n", res.Passes)
 	} else {

@@ -258,3 +258,40 @@ func TestApplyExisting(t *testing.T) {
 		t.Fatalf("admission patches:\n%s", out)
 	}
 }
+
+// TestApplyBackground runs triggers as admission and then the background work they
+// trigger (or, without -f, the policies' creation scan), golden files holding stdout
+// and stderr: the mutated triggers first, then the --existing objects (changed or
+// not), then the other objects the background changed.
+func TestApplyBackground(t *testing.T) {
+	const dir = "testdata/background"
+	const rules = "testdata/existing"
+	tests := []struct {
+		name string
+		args []string
+	}{
+		// Rule targets (spec 001 "Different Trigger and Target"): the CREATE of the
+		// trigger Namespace mutates the ConfigMaps of namespaces labelled test=enabled.
+		{"rules-create", []string{"-p", rules + "/policies.yaml", "--context", rules + "/namespaces.yaml", "--existing", rules + "/configmaps.yaml", "-f", dir + "/trigger-namespace.yaml", "--explain"}},
+		// A Namespace the policy's resourceNames do not name triggers nothing.
+		{"rules-not-triggered", []string{"-p", rules + "/policies.yaml", "--context", rules + "/namespaces.yaml", "--existing", rules + "/configmaps.yaml", "-f", dir + "/other-namespace.yaml", "-o", "patch"}},
+		// Without -f: the scan when the policy is created.
+		{"rules-scan", []string{"-p", rules + "/policies.yaml", "--context", rules + "/namespaces.yaml", "--existing", rules + "/configmaps.yaml", "-o", "diff"}},
+		// Expression targets (resource.List), targetMatchConditions, request = trigger.
+		{"expression-create", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger.yaml", "--existing", dir + "/existing.yaml", "--explain"}},
+		{"expression-update", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger.yaml", "--old", dir + "/trigger-old.yaml", "--operation", "UPDATE", "--existing", dir + "/existing.yaml", "-o", "patch"}},
+		{"expression-delete", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger-old.yaml", "--operation", "DELETE", "--existing", dir + "/existing.yaml", "-o", "patch"}},
+		// The scan of an expression policy runs once per existing trigger object.
+		{"expression-scan", []string{"-p", dir + "/expression-policy.yaml", "--existing", dir + "/existing.yaml," + dir + "/trigger-old.yaml", "-o", "patch"}},
+		// The README's example.
+		{"readme-example", []string{"-p", examples + "/existing/label-configmaps.yaml", "-f", examples + "/existing/test-namespace.yaml", "--context", examples + "/existing/namespaces.yaml", "--existing", examples + "/existing/configmaps.yaml", "-o", "diff"}},
+		// A subresource in the target rule is the route of the write (--explain names it).
+		{"subresource-route", []string{"-p", dir + "/status-policy.yaml", "--context", dir + "/widget-crd.yaml", "--existing", dir + "/widgets.yaml", "--explain", "-o", "patch"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runMorph(t, "", append([]string{"apply"}, tt.args...)...)
+			golden(t, "background/"+tt.name+".golden", fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", code, out, errOut))
+		})
+	}
+}

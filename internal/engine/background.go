@@ -40,7 +40,7 @@ func (r ObjectRef) String() string {
 	if r.SubResource != "" {
 		res += "/" + r.SubResource
 	}
-	return fmt.Sprintf("%s %s (%s)", r.Kind.Kind, name, res)
+	return fmt.Sprintf("%s %s [%s]", r.Kind.Kind, name, res)
 }
 
 // Background describes how a policy mutates objects that already exist (Kyverno's
@@ -58,6 +58,10 @@ type Background struct {
 	// for the scan when the policy is created or changed. Policies whose targets come
 	// from an expression (Expression) need a trigger.
 	Targets func(ctx context.Context, trigger *Request, objs Objects) ([]ObjectRef, error)
+	// SkipBackgroundRequests: the writes of the background controller itself do not
+	// trigger the policy (Kyverno's evaluation.skipBackgroundRequests, default true),
+	// so that its own writes do not trigger it again and again.
+	SkipBackgroundRequests bool
 	// Expression says the targets are computed from each trigger (Kyverno's
 	// targetMatchConstraints.expression): the policy-creation scan then runs once per
 	// existing trigger object, each as the UPDATE request ScanTriggers builds.

@@ -171,3 +171,68 @@ func ReadUserInfo(path string) (engine.UserInfo, error) {
 	}
 	return u, nil
 }
+
+// StoreObjects reads the objects that exist offline (the --existing and --context
+// objects, and the triggers admitted so far) from a store, as the cluster controller
+// reads them from the API server: request.Objects.
+type StoreObjects struct{ Store *objects.Store }
+
+var _ request.Objects = StoreObjects{}
+
+func (s StoreObjects) kind(gvr schema.GroupVersionResource) (string, error) {
+	kind, ok := s.Store.KindFor(gvr.Group, gvr.Resource)
+	if !ok {
+		return "", fmt.Errorf("resource %s is unknown: pass its CustomResourceDefinition with --context", gvr.GroupResource())
+	}
+	return kind, nil
+}
+
+// List implements request.Objects. The store keeps one version of each object; it
+// answers for any version of its resource.
+func (s StoreObjects) List(_ context.Context, gvr schema.GroupVersionResource, namespace string) ([]map[string]any, error) {
+	kind, err := s.kind(gvr)
+	if err != nil {
+		return nil, err
+	}
+	return s.Store.List(gvr.Group, kind, namespace), nil
+}
+
+// Get implements request.Objects.
+func (s StoreObjects) Get(_ context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]any, error) {
+	kind, err := s.kind(gvr)
+	if err != nil {
+		return nil, err
+	}
+	obj, _ := s.Store.Get(gvr.Group, kind, namespace, name)
+	return obj, nil
+}
+
+// Done is one background work item run offline: its result (nil when the target no
+// longer exists) or its error.
+type Done struct {
+	Work   request.Work
+	Result *engine.Result
+	Err    error
+}
+
+// RunBackground runs background work in order, as the cluster controller does one item
+// after the other: each reads its target from the store as it is now, evaluates the
+// work's policy on it (request.Background) and, when that changed something, writes the
+// result back to the store, where the next items (and resource.get/list) see it.
+func (rt *Runtime) RunBackground(ctx context.Context, work []request.Work) []Done {
+	objs := StoreObjects{Store: rt.Store}
+	out := make([]Done, 0, len(work))
+	for _, w := range work {
+		d := Done{Work: w}
+		target, err := objs.Get(ctx, w.Target.Resource, w.Target.Namespace, w.Target.Name)
+		if err == nil {
+			d.Result, err = request.Background(ctx, rt.Policies(), w, target)
+		}
+		if err == nil && d.Result != nil && d.Result.Changed() {
+			err = rt.Store.Add(d.Result.Object)
+		}
+		d.Err = err
+		out = append(out, d)
+	}
+	return out
+}

@@ -46,12 +46,19 @@ func backgroundPolicies(p Policies) []engine.Mutator {
 // pkg/webhooks/resource/mpol/handler.go: an UpdateRequest per matched policy, then
 // pkg/background/mpol/processor.go: one mutation per target). req is the request as
 // admitted: on CREATE and UPDATE its object after mutation, on DELETE Object nil and
-// OldObject the deleted object. Policies off at admission are not triggered by it.
-// The order is the engine's order of policies, then the order of their targets.
+// OldObject the deleted object. Policies off at admission are not triggered by it; a
+// dry-run request triggers nothing (handler.go honours SideEffects NoneOnDryRun); a
+// request of p.BackgroundUser does not trigger the policies that skip background
+// requests. The order is the engine's order of policies, then the order of their
+// targets.
 func Triggered(ctx context.Context, p Policies, req *engine.Request, objs Objects) ([]Work, error) {
+	if req.DryRun {
+		return nil, nil
+	}
+	fromBackground := p.BackgroundUser != "" && req.UserInfo.Username == p.BackgroundUser
 	var out []Work
 	for _, m := range backgroundPolicies(p) {
-		if m.AdmissionOff || m.Background.Triggers == nil {
+		if m.AdmissionOff || m.Background.Triggers == nil || (fromBackground && m.Background.SkipBackgroundRequests) {
 			continue
 		}
 		ok, err := m.Background.Triggers(ctx, req)

@@ -99,6 +99,10 @@ const (
 type Policies struct {
 	Set        *engine.Set
 	Validators *engine.Validators
+	// BackgroundUser is the username the background controller writes as (a cluster's
+	// service account, "system:serviceaccount:NS:NAME"): its requests do not trigger the
+	// policies that skip background requests (see Triggered). Empty offline.
+	BackgroundUser string
 }
 
 // Evaluation is the outcome of Evaluate.

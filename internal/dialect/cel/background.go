@@ -65,10 +65,11 @@ func (m *Mutator) selectConstraints() *admissionv1.MatchResources {
 func (m *Mutator) background() *engine.Background {
 	r := resolver{store: m.d.opts.Objects}
 	b := &engine.Background{
-		Triggers:         m.triggers,
-		Targets:          m.backgroundTargets,
-		TargetResources:  r.routesOf(m.selectConstraints().ResourceRules),
-		TriggerResources: r.routesOf(m.constraints.ResourceRules),
+		Triggers:               m.triggers,
+		Targets:                m.backgroundTargets,
+		SkipBackgroundRequests: m.skipBackground,
+		TargetResources:        r.routesOf(m.selectConstraints().ResourceRules),
+		TriggerResources:       r.routesOf(m.constraints.ResourceRules),
 	}
 	if m.kprog.targetExpression != nil {
 		b.Expression = true
@@ -136,7 +137,7 @@ type listed struct {
 	obj map[string]any
 }
 
-// listRule lists the objects of the resources the rules name, in the policy's namespace
+// listRules lists the objects of the resources the rules name, in the policy's namespace
 // for a NamespacedMutatingPolicy, each once, in the order of the rules.
 func (m *Mutator) listRules(ctx context.Context, rulesList []admissionv1.NamedRuleWithOperations, objs engine.Objects) ([]listed, error) {
 	r := resolver{store: m.d.opts.Objects}
@@ -247,8 +248,7 @@ func (m *Mutator) expressionTargets(ctx context.Context, trigger *engine.Request
 	}
 	m.kprog.bindVariables(ctx, data)
 	if ok, err := matchAll(ctx, m.kprog.matchConditions, data); err != nil || !ok {
-		// Kyverno's MatchesConditions answers false on an error too.
-		return nil, nil
+		return nil, nil //nolint:nilerr // Kyverno's MatchesConditions answers false on an error too
 	}
 	out, _, err := m.kprog.targetExpression.ContextEval(ctx, data)
 	if err != nil {

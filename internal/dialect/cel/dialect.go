@@ -371,6 +371,8 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		kyverno:   true,
 		admission: true,
 		timeout:   defaultTimeout,
+
+		skipBackground: true,
 	}
 	if namespaced {
 		m.id.Namespace = doc.Namespace()
@@ -379,6 +381,9 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 	if ev := spec.Evaluation; ev != nil {
 		if ev.Admission != nil && ev.Admission.Enabled != nil {
 			m.admission = *ev.Admission.Enabled
+		}
+		if ev.SkipBackgroundRequests != nil {
+			m.skipBackground = *ev.SkipBackgroundRequests
 		}
 		if ev.MutateExisting != nil {
 			m.existing = ev.MutateExisting.Enabled

@@ -47,8 +47,10 @@
 // # Kyverno fields
 //
 // evaluation.admission.enabled (default true) turns admission off; with
-// evaluation.mutateExisting.enabled the policy mutates existing objects matched by
-// targetMatchConstraints (or matchConstraints), on requests with engine.Request.Background.
+// evaluation.mutateExisting.enabled the policy has an engine.Background: what triggers
+// it, the existing objects it then mutates (targetMatchConstraints, else
+// matchConstraints, or targetMatchConstraints.expression) and how a target is evaluated
+// (background.go, after Kyverno 1.19's background controller).
 // webhookConfiguration.timeoutSeconds (1-30, default 10) is the evaluation deadline.
 // Autogen applies a Pod policy to the six pod controllers (or those
 // autogen.podControllers.controllers names) with its expressions rewritten as Kyverno

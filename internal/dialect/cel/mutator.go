@@ -58,6 +58,9 @@ type Mutator struct {
 	controllers       []controller
 	autogen           *admissionv1.MatchResources
 	exceptions        []boundException
+
+	// skipBackground is evaluation.skipBackgroundRequests (default true).
+	skipBackground bool
 }
 
 // compiled is the policy as the engine runs it.
