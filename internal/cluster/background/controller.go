@@ -65,9 +65,10 @@ type Options struct {
 	// Access reviews morph's permissions on the resources of a policy scanned or
 	// reconciled (not reviewed when nil).
 	Access AccessReviewer
-	// Self is the user name morph writes as: requests it made trigger nothing (the
-	// background writes would otherwise trigger their own policies again), as Kyverno's
-	// skipBackgroundRequests does. Empty: every request may trigger.
+	// Self is the user name morph writes as: requests it made do not trigger the
+	// policies that skip background requests (Kyverno's skipBackgroundRequests, true by
+	// default), whose own writes would otherwise trigger them again. Empty: every
+	// request may trigger.
 	Self string
 	// Logger receives the controller's logs (discarded when nil).
 	Logger *slog.Logger
@@ -170,7 +171,7 @@ type reconciledResource struct {
 // webhook.Options.Loaded). It builds the policy set on the loading goroutine and only
 // signals the leader, so it does not block.
 func (c *Controller) Loaded(snap *webhook.Snapshot) {
-	ps, err := newPolicySet(snap)
+	ps, err := newPolicySet(snap, c.opts.Self)
 	if err != nil {
 		c.log.Error("background policies not updated", "error", err)
 		return
@@ -182,14 +183,14 @@ func (c *Controller) Loaded(snap *webhook.Snapshot) {
 	}
 }
 
-func newPolicySet(snap *webhook.Snapshot) (*policySet, error) {
+func newPolicySet(snap *webhook.Snapshot, self string) (*policySet, error) {
 	b := snap.Bundle
 	set, err := engine.NewSet(b.Mutators, b.Finalizers...)
 	if err != nil {
 		return nil, fmt.Errorf("building the background policy set: %w", err)
 	}
 	ps := &policySet{
-		all:         request.Policies{Set: set, Validators: engine.NewValidators(b.Validators)},
+		all:         request.Policies{Set: set, Validators: engine.NewValidators(b.Validators), BackgroundUser: self},
 		byID:        map[engine.ID]engine.Mutator{},
 		reconcilers: map[schema.GroupVersionResource][]engine.ID{},
 	}
@@ -228,7 +229,7 @@ func (ps *policySet) only(id engine.ID) (request.Policies, bool) {
 	if err != nil {
 		return request.Policies{}, false
 	}
-	return request.Policies{Set: set}, true
+	return request.Policies{Set: set, BackgroundUser: ps.all.BackgroundUser}, true
 }
 
 // Run is the leader's part (a leader.Runnable): until ctx ends (the lease is lost or

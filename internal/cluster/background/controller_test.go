@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/morph-dev/morph/internal/cluster/crds"
@@ -38,6 +40,7 @@ func labelPolicy(key string, scanned, triggered []string) engine.Mutator {
 			ID:      engine.ID{Dialect: "test", Kind: "Policy", Name: key},
 			Targets: []engine.Target{{Group: "", Version: "v1", Kind: "ConfigMap", Operations: ops}},
 			Background: &engine.Background{
+				SkipBackgroundRequests: true,
 				Triggers: func(_ context.Context, req *engine.Request) (bool, error) { return req.Name == "trigger", nil },
 				Targets: func(_ context.Context, trigger *engine.Request, _ engine.Objects) ([]engine.ObjectRef, error) {
 					if trigger == nil {
@@ -67,11 +70,21 @@ func labelPolicy(key string, scanned, triggered []string) engine.Mutator {
 	}
 }
 
+// newFakeClient is client-go's fake dynamic client, which also names the objects
+// created with generateName (as the API server does).
 func newFakeClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
-	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		configMaps:                     "ConfigMapList",
 		crds.BackgroundRequestResource: "BackgroundRequestList",
 	}, objs...)
+	var n atomic.Int64
+	client.PrependReactor("create", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if u, ok := a.(clienttesting.CreateAction).GetObject().(*unstructured.Unstructured); ok && u.GetName() == "" && u.GetGenerateName() != "" {
+			u.SetName(fmt.Sprintf("%s%d", u.GetGenerateName(), n.Add(1)))
+		}
+		return false, nil, nil
+	})
+	return client
 }
 
 // await polls cond until it holds, failing the test after a bound (a bound on a
@@ -145,9 +158,9 @@ func TestRunScansAndProcessesRequests(t *testing.T) {
 }
 
 // TestAdmittedRecords: an admitted request that triggers a policy becomes a
-// BackgroundRequest (its object as admitted); one that does not, a dry run aside
-// (the webhook never calls Admitted for those), and morph's own requests record
-// nothing.
+// BackgroundRequest (its object as admitted); one that does not, a dry run, morph's
+// own request (the policy skips background requests) and a request of another
+// webhook group record nothing.
 func TestAdmittedRecords(t *testing.T) {
 	client := newFakeClient()
 	c, err := New(Options{Client: client, Namespace: "morph", Self: "system:serviceaccount:morph:morph"})
@@ -169,6 +182,9 @@ func TestAdmittedRecords(t *testing.T) {
 	c.Admitted(context.Background(), req("other", "alice"), "", nil)
 	c.Admitted(context.Background(), req("trigger", "system:serviceaccount:morph:morph"), "", nil)
 	c.Admitted(context.Background(), req("trigger", "bob"), "another-group", nil)
+	dry := req("trigger", "carol")
+	dry.DryRun = true
+	c.Admitted(context.Background(), dry, "", nil)
 	for len(c.triggers) > 0 {
 		c.record(context.Background(), <-c.triggers)
 	}

@@ -29,9 +29,11 @@ const PolicyLabel = "morph.dev/policy"
 // webhook.Options.Admitted, on every replica). It only queues the request: a
 // goroutine (RecordTriggers) checks which policies of the call's webhook group it
 // triggers and creates one BackgroundRequest per policy, so admission never waits for
-// the API server. Requests morph made itself (Options.Self) trigger nothing.
+// the API server. Requests morph made itself (Options.Self) do not trigger the
+// policies that skip background requests (Kyverno's skipBackgroundRequests, the
+// default), and a dry run triggers nothing.
 func (c *Controller) Admitted(_ context.Context, req *engine.Request, group string, res *engine.Result) {
-	if c.opts.Self != "" && req.UserInfo.Username == c.opts.Self {
+	if req.DryRun {
 		return
 	}
 	ps := c.policies.Load()
@@ -72,10 +74,14 @@ func (c *Controller) record(ctx context.Context, tr trigger) {
 	if ps == nil {
 		return
 	}
+	fromSelf := c.opts.Self != "" && tr.req.UserInfo.Username == c.opts.Self
 	for _, id := range ps.background {
 		m := ps.byID[id]
 		if m.AdmissionOff || m.Background.Triggers == nil {
 			continue // off at admission: only the scan of the policy runs it
+		}
+		if fromSelf && m.Background.SkipBackgroundRequests {
+			continue // morph's own write
 		}
 		if tr.group != "" && webhook.MutationGroup(m.Descriptor) != tr.group {
 			continue // another webhook call of the same request records it
