@@ -129,7 +129,8 @@ func (r Request) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON decodes a request encoded by MarshalJSON, its objects into the engine's
-// value model.
+// value model, whole numbers as int64 (as the webhook decodes them), so that a request
+// encodes and decodes back to itself.
 func (r *Request) UnmarshalJSON(data []byte) error {
 	var w requestWire
 	if err := json.Unmarshal(data, &w); err != nil {
@@ -151,7 +152,7 @@ func (r *Request) UnmarshalJSON(data []byte) error {
 		if len(o.src) == 0 || string(o.src) == "null" {
 			continue
 		}
-		obj, err := jsonvalue.DecodeObject(o.src)
+		obj, err := jsonvalue.Options{Normalize: true}.DecodeObject(o.src)
 		if err != nil {
 			return err
 		}

@@ -62,3 +62,28 @@ func TestIDJSONRoundTrip(t *testing.T) {
 		t.Errorf("got %#v, %v", got, err)
 	}
 }
+
+// FuzzRequestJSON decodes arbitrary JSON as a Request: it must not panic, and what it
+// decodes must encode and decode back to itself.
+func FuzzRequestJSON(f *testing.F) {
+	f.Add([]byte(`{"kind":{"Group":"","Version":"v1","Kind":"Pod"},"operation":"CREATE","object":{"a":1,"b":[1.5,null,"x"]}}`))
+	f.Add([]byte(`{"background":true,"policy":{"dialect":"cel","kind":"MutatingPolicy","name":"p"},"trigger":{"operation":"DELETE","oldObject":{}}}`))
+	f.Add([]byte(`{"object":null,"oldObject":[]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Request
+		if err := json.Unmarshal(data, &r); err != nil {
+			return
+		}
+		b, err := json.Marshal(&r)
+		if err != nil {
+			return // a float encoding/json cannot write (none decodes from JSON)
+		}
+		var again Request
+		if err := json.Unmarshal(b, &again); err != nil {
+			t.Fatalf("re-decoding %s: %v", b, err)
+		}
+		if !reflect.DeepEqual(&again, &r) {
+			t.Fatalf("round trip changed the request:\n%#v\n%#v", r, again)
+		}
+	})
+}

@@ -39,7 +39,6 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/common/types/ref"
-
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
