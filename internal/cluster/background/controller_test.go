@@ -41,7 +41,7 @@ func labelPolicy(key string, scanned, triggered []string) engine.Mutator {
 			Targets: []engine.Target{{Group: "", Version: "v1", Kind: "ConfigMap", Operations: ops}},
 			Background: &engine.Background{
 				SkipBackgroundRequests: true,
-				Triggers: func(_ context.Context, req *engine.Request) (bool, error) { return req.Name == "trigger", nil },
+				Triggers:               func(_ context.Context, req *engine.Request) (bool, error) { return req.Name == "trigger", nil },
 				Targets: func(_ context.Context, trigger *engine.Request, _ engine.Objects) ([]engine.ObjectRef, error) {
 					if trigger == nil {
 						return refs(scanned), nil
