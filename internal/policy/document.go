@@ -61,36 +61,6 @@ func (d Document) Where() string {
 	return s
 }
 
-// Errorf returns an error located at a field of this document.
-func (d Document) Errorf(field, format string, args ...any) error {
-	return &Error{Doc: d, Field: field, Err: fmt.Errorf(format, args...)}
-}
-
-// Wrap locates err at a field of this document.
-func (d Document) Wrap(field string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &Error{Doc: d, Field: field, Err: err}
-}
-
-// Error is a problem with one document, located at a field:
-// `policies/pull.yaml: document 2 (Assign "always-pull"): spec.location: unexpected "]" at column 18`.
-type Error struct {
-	Doc   Document
-	Field string
-	Err   error
-}
-
-func (e *Error) Error() string {
-	if e.Field == "" {
-		return e.Doc.Where() + ": " + e.Err.Error()
-	}
-	return e.Doc.Where() + ": " + e.Field + ": " + e.Err.Error()
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
 // DefaultMaxInput bounds each input (a file or standard input) when a Reader gives no
 // bound: `-p /dev/zero` fails instead of growing without end.
 const DefaultMaxInput int64 = 64 << 20
