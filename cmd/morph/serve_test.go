@@ -25,6 +25,8 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // serveTestDialect compiles "test.morph.dev/v1 Label" documents (spec.key, spec.value,
@@ -57,7 +59,7 @@ func (serveTestDialect) Compile(docs []policy.Document) (*policy.Bundle, error) 
 		}
 		opSet, err := engine.OperationsOf(ops...)
 		if err != nil {
-			errs = append(errs, d.Wrap("spec.operations", err))
+			errs = append(errs, d.Wrap(field.NewPath("spec", "operations"), nil, err))
 			continue
 		}
 		failClose, _ := spec["failClose"].(bool)

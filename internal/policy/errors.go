@@ -30,6 +30,10 @@ func (e *Error) Error() string {
 	}
 	lines := make([]string, len(e.Fields))
 	for i, fe := range e.Fields {
+		if fe.Field == "" { // the document as a whole
+			lines[i] = where + ": " + fe.ErrorBody()
+			continue
+		}
 		lines[i] = where + ": " + fe.Error()
 	}
 	return strings.Join(lines, "\n")
@@ -52,8 +56,9 @@ func (d Document) Err(errs ...*field.Error) error {
 	return &Error{Doc: d, Fields: errs}
 }
 
-// Wrap locates err, found reading the value at path, at that field of the document. A
-// *field.Error or *Error is kept as it is; any other error becomes its detail:
+// Wrap locates err, found reading the value at path (nil: the document as a whole), at
+// that field of the document. A *field.Error or *Error is kept as it is; any other
+// error becomes its detail:
 // `spec.location: Invalid value: "spec..x": unexpected "." at column 6`.
 func (d Document) Wrap(path *field.Path, value any, err error) error {
 	if err == nil {
@@ -67,7 +72,15 @@ func (d Document) Wrap(path *field.Path, value any, err error) error {
 	if errors.As(err, &fe) {
 		return d.Err(fe)
 	}
-	return d.Err(field.Invalid(path, Shown(value), err.Error()))
+	return d.Err(field.Invalid(orDocument(path), Shown(value), err.Error()))
+}
+
+// orDocument is path, or the empty path of the document as a whole when nil.
+func orDocument(path *field.Path) *field.Path {
+	if path == nil {
+		return field.NewPath("")
+	}
+	return path
 }
 
 // JoinDocuments joins errors as errors.Join does, but merges the *Error values of one
@@ -151,4 +164,18 @@ func child(parent *field.Path, name string) *field.Path {
 		return field.NewPath(name)
 	}
 	return parent.Child(name)
+}
+
+// Errorf locates a formatted message at a field written as a string ("spec.x[0].y"):
+// a field.Required when the message starts with "required" (the rest is the detail),
+// else a field.Invalid that shows no value. It is the transitional form for the call
+// sites not yet written with a field.Path and a typed field.Error (the CEL dialect's);
+// new code builds the field.Error and calls Err.
+func (d Document) Errorf(at, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	path := field.NewPath(at)
+	if rest, ok := strings.CutPrefix(msg, "required"); ok {
+		return d.Err(field.Required(path, strings.TrimLeft(rest, ":; ")))
+	}
+	return d.Err(field.Invalid(path, field.OmitValueType{}, msg))
 }

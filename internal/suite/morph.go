@@ -134,7 +134,7 @@ func decodeMorphTest(d policy.Document) (*morphTest, error) {
 	}
 	var t morphTest
 	if err := yaml.UnmarshalStrict(raw, &t); err != nil {
-		return nil, d.Wrap("", err)
+		return nil, d.Wrap(nil, nil, err)
 	}
 	if t.Metadata.Name == "" {
 		return nil, d.Errorf("metadata.name", "required: name the test")
