@@ -72,15 +72,17 @@ func (d Document) Wrap(path *field.Path, value any, err error) error {
 	if errors.As(err, &fe) {
 		return d.Err(fe)
 	}
-	return d.Err(field.Invalid(orDocument(path), Shown(value), err.Error()))
+	if path == nil {
+		return d.Err(wholeDocument(field.Invalid(field.NewPath("document"), Shown(value), err.Error())))
+	}
+	return d.Err(field.Invalid(path, Shown(value), err.Error()))
 }
 
-// orDocument is path, or the empty path of the document as a whole when nil.
-func orDocument(path *field.Path) *field.Path {
-	if path == nil {
-		return field.NewPath("")
-	}
-	return path
+// wholeDocument makes fe an error of the document as a whole: no field is printed (a
+// field.Path cannot be empty: field.NewPath("") prints "[]").
+func wholeDocument(fe *field.Error) *field.Error {
+	fe.Field = ""
+	return fe
 }
 
 // JoinDocuments joins errors as errors.Join does, but merges the *Error values of one
@@ -173,9 +175,12 @@ func child(parent *field.Path, name string) *field.Path {
 // new code builds the field.Error and calls Err.
 func (d Document) Errorf(at, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	path := field.NewPath(at)
+	fe := field.Invalid(field.NewPath(at), field.OmitValueType{}, msg)
 	if rest, ok := strings.CutPrefix(msg, "required"); ok {
-		return d.Err(field.Required(path, strings.TrimLeft(rest, ":; ")))
+		fe = field.Required(field.NewPath(at), strings.TrimLeft(rest, ":; "))
 	}
-	return d.Err(field.Invalid(path, field.OmitValueType{}, msg))
+	if at == "" {
+		fe = wholeDocument(fe)
+	}
+	return d.Err(fe)
 }

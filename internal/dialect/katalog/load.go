@@ -654,7 +654,8 @@ func (c *compiler) conversionPath(e *Entry, v any) (*ConversionPath, error) {
 // they travel up (rel builds one); at prefixes the parent field, so that the entry
 // receives the error at the full path of the document.
 
-// rel is a path relative to the caller's field: "" for the field itself.
+// rel is a path relative to the caller's field: "" for the field itself (printed "[]"
+// until at re-roots it).
 func rel(name string) *field.Path { return field.NewPath(name) }
 
 // invalid is the error of a value that did not parse: its text is the detail.
@@ -670,7 +671,8 @@ func at(parent string, err error) *field.Error {
 		return field.Invalid(rel(parent), field.OmitValueType{}, err.Error())
 	}
 	out := *fe
-	out.Field = joinField(parent, fe.Field)
+	// rel("") prints "[]" (a field.Path has no empty form): drop it.
+	out.Field = joinField(parent, strings.TrimPrefix(strings.TrimPrefix(fe.Field, "[]"), "."))
 	return &out
 }
 
