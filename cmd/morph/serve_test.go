@@ -46,7 +46,7 @@ func (serveTestDialect) Compile(docs []policy.Document) (*policy.Bundle, error) 
 		key, _ := spec["key"].(string)
 		value, _ := spec["value"].(string)
 		if key == "" {
-			errs = append(errs, d.Errorf("spec.key", "is required: name the label to set"))
+			errs = append(errs, d.Err(field.Required(field.NewPath("spec", "key"), "name the label to set")))
 			continue
 		}
 		ops := []string{"*"}
@@ -355,7 +355,7 @@ func TestServeCommandServesAndStops(t *testing.T) {
 		}
 		text, _ := io.ReadAll(r.Body)
 		r.Body.Close()
-		if r.StatusCode == http.StatusOK && bytes.Contains(text, []byte("spec.key: is required")) {
+		if r.StatusCode == http.StatusOK && bytes.Contains(text, []byte("spec.key: Required value: name the label to set")) {
 			break
 		}
 		if time.Now().After(deadline) {

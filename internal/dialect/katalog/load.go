@@ -643,7 +643,7 @@ func (c *compiler) conversionPath(e *Entry, v any) (*ConversionPath, error) {
 		full := append(Path{"spec"}, sub...)
 		val, err := compileValue(full.String(), spec[k], c.funcs)
 		if err != nil {
-			return nil, at("spec."+sub.String(), err)
+			return nil, invalid(rel("spec."+sub.String()), spec[k], err)
 		}
 		p.fields = append(p.fields, &pathField{field: full, value: val, typ: c.schemaType(e.APITypes, p.To, full)})
 	}
