@@ -238,3 +238,20 @@ func TestDocumentOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePath(t *testing.T) {
+	for _, tt := range []struct{ text, want string }{
+		{"spec", "spec"},
+		{"spec.mutations[0].patchType", "spec.mutations[0].patchType"},
+		{"metadata.annotations[morph.dev/order]", "metadata.annotations[morph.dev/order]"},
+		{"spec.x[1][2].y", "spec.x[1][2].y"},
+		{"a.b.c", "a.b.c"},
+	} {
+		if got := ParsePath(tt.text).String(); got != tt.want {
+			t.Errorf("ParsePath(%q) = %q", tt.text, got)
+		}
+	}
+	if p := ParsePath("spec.mutations[0]"); p.Root().String() != "spec" {
+		t.Errorf("the path is not parsed into its parts: root %q", p.Root())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -168,19 +169,86 @@ func child(parent *field.Path, name string) *field.Path {
 	return parent.Child(name)
 }
 
-// Errorf locates a formatted message at a field written as a string ("spec.x[0].y"):
-// a field.Required when the message starts with "required" (the rest is the detail),
-// else a field.Invalid that shows no value. It is the transitional form for the call
-// sites not yet written with a field.Path and a typed field.Error (the CEL dialect's);
-// new code builds the field.Error and calls Err.
-func (d Document) Errorf(at, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	fe := field.Invalid(field.NewPath(at), field.OmitValueType{}, msg)
-	if rest, ok := strings.CutPrefix(msg, "required"); ok {
-		fe = field.Required(field.NewPath(at), strings.TrimLeft(rest, ":; "))
-	}
+// The string-path forms below are for readers that carry a field's path as text
+// ("spec.mutations[0].patchType", as the CEL dialect's decoded types do): the text is
+// parsed into a field.Path (ParsePath), and the error is the same typed field.Error.
+
+// Required is field.Required at the field written as text: the field is missing;
+// detail says what to give.
+func (d Document) Required(at, detail string) error {
+	return d.Err(atText(at, field.Required(ParsePath(at), detail)))
+}
+
+// Invalid is field.Invalid at the field written as text; detail says what is wrong,
+// then after "; " what to do.
+func (d Document) Invalid(at string, value any, detail string) error {
+	return d.Err(atText(at, field.Invalid(ParsePath(at), Shown(value), detail)))
+}
+
+// NotSupported is field.NotSupported at the field written as text: value is none of
+// supported.
+func (d Document) NotSupported(at, value string, supported ...string) error {
+	return d.Err(atText(at, field.NotSupported(ParsePath(at), value, supported)))
+}
+
+// Forbidden is field.Forbidden at the field written as text; detail says why and what
+// to do.
+func (d Document) Forbidden(at, detail string) error {
+	return d.Err(atText(at, field.Forbidden(ParsePath(at), detail)))
+}
+
+// atText makes fe an error of the whole document when at is "".
+func atText(at string, fe *field.Error) *field.Error {
 	if at == "" {
-		fe = wholeDocument(fe)
+		return wholeDocument(fe)
 	}
-	return d.Err(fe)
+	return fe
+}
+
+// ParsePath reads a field path written as text, "spec.rules[0].match" or
+// "metadata.annotations[morph.dev/order]", into a field.Path: a number in brackets is an
+// index, anything else in brackets a key.
+func ParsePath(text string) *field.Path {
+	var p *field.Path
+	add := func(name string) {
+		if name == "" {
+			return
+		}
+		if p == nil {
+			p = field.NewPath(name)
+			return
+		}
+		p = p.Child(name)
+	}
+	for text != "" {
+		i := strings.IndexAny(text, ".[")
+		if i < 0 {
+			add(text)
+			break
+		}
+		add(text[:i])
+		if text[i] == '.' {
+			text = text[i+1:]
+			continue
+		}
+		end := strings.IndexByte(text[i:], ']')
+		if end < 0 { // not a path: keep the text as one name
+			add(text[i:])
+			break
+		}
+		inner := text[i+1 : i+end]
+		if p == nil {
+			p = field.NewPath("")
+		}
+		if n, err := strconv.Atoi(inner); err == nil && n >= 0 {
+			p = p.Index(n)
+		} else {
+			p = p.Key(inner)
+		}
+		text = text[i+end+1:]
+	}
+	if p == nil {
+		return field.NewPath("")
+	}
+	return p
 }

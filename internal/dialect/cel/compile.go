@@ -48,7 +48,7 @@ type program struct {
 func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSpec) (*program, []error) {
 	compiler, err := plugincel.NewCompositedCompiler(env)
 	if err != nil {
-		return nil, []error{doc.Errorf("", "cannot build the CEL environment: %v", err)}
+		return nil, []error{doc.Invalid("", nil, fmt.Sprintf("cannot build the CEL environment: %v", err))}
 	}
 	opts := plugincel.OptionalVariableDeclarations{HasParams: spec.hasParams, HasAuthorizer: true}
 	var errs []error
@@ -73,9 +73,9 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 			mc := &spec.matchConditions[i]
 			field := fmt.Sprintf("spec.matchConditions[%d]", i)
 			if mc.Name == "" {
-				errs = append(errs, doc.Errorf(field+".name", "required"))
+				errs = append(errs, doc.Required(field+".name", "give the match condition a name"))
 			} else if names[mc.Name] {
-				errs = append(errs, doc.Errorf(field+".name", "match condition %q is defined twice", mc.Name))
+				errs = append(errs, doc.Invalid(field+".name", mc.Name, "the match condition is defined twice; give each a name of its own"))
 			}
 			names[mc.Name] = true
 			accessors[i] = (*matchconditions.MatchCondition)(mc)
@@ -89,7 +89,7 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 	patchOpts := opts
 	patchOpts.HasPatchTypes = true
 	if len(spec.mutations) == 0 {
-		errs = append(errs, doc.Errorf("spec.mutations", "required: give at least one mutation"))
+		errs = append(errs, doc.Required("spec.mutations", "give at least one mutation"))
 	}
 	for i, m := range spec.mutations {
 		field := fmt.Sprintf("spec.mutations[%d]", i)
@@ -98,31 +98,31 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 		switch m.PatchType {
 		case admissionv1.PatchTypeApplyConfiguration:
 			if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
-				errs = append(errs, doc.Errorf(field+".applyConfiguration.expression", "required when patchType is ApplyConfiguration"))
+				errs = append(errs, doc.Required(field+".applyConfiguration.expression", "patchType ApplyConfiguration needs an expression; give one"))
 				continue
 			}
 			if m.JSONPatch != nil {
-				errs = append(errs, doc.Errorf(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration"))
+				errs = append(errs, doc.Forbidden(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration; remove it"))
 			}
 			expr = m.ApplyConfiguration.Expression
 			accessor = &patch.ApplyConfigurationCondition{Expression: expr}
 			field += ".applyConfiguration.expression"
 		case admissionv1.PatchTypeJSONPatch:
 			if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
-				errs = append(errs, doc.Errorf(field+".jsonPatch.expression", "required when patchType is JSONPatch"))
+				errs = append(errs, doc.Required(field+".jsonPatch.expression", "patchType JSONPatch needs an expression; give one"))
 				continue
 			}
 			if m.ApplyConfiguration != nil {
-				errs = append(errs, doc.Errorf(field+".applyConfiguration", "must not be given when patchType is JSONPatch"))
+				errs = append(errs, doc.Forbidden(field+".applyConfiguration", "must not be given when patchType is JSONPatch; remove it"))
 			}
 			expr = m.JSONPatch.Expression
 			accessor = &patch.JSONPatchCondition{Expression: expr}
 			field += ".jsonPatch.expression"
 		case "":
-			errs = append(errs, doc.Errorf(field+".patchType", "required: use ApplyConfiguration or JSONPatch"))
+			errs = append(errs, doc.Required(field+".patchType", "use ApplyConfiguration or JSONPatch"))
 			continue
 		default:
-			errs = append(errs, doc.Errorf(field+".patchType", "%q is not supported: use ApplyConfiguration or JSONPatch", m.PatchType))
+			errs = append(errs, doc.NotSupported(field+".patchType", string(m.PatchType), "ApplyConfiguration", "JSONPatch"))
 			continue
 		}
 		if res := compiler.CompileCELExpression(accessor, patchOpts, environment.StoredExpressions); res.Error != nil {
@@ -154,10 +154,10 @@ func celError(doc policy.Document, field string, err *apiservercel.Error) error 
 			parts = append(parts, fmt.Sprintf("line %d, column %d: %s", loc.Line(), loc.Column()+1, e.Message))
 		}
 		if len(parts) > 0 {
-			return doc.Errorf(field, "%s", strings.Join(parts, "; "))
+			return doc.Invalid(field, nil, strings.Join(parts, "; "))
 		}
 	}
-	return doc.Errorf(field, "%s", err.Detail)
+	return doc.Invalid(field, nil, err.Detail)
 }
 
 // checkVariable checks a variable's name and expression before it is compiled, and
@@ -165,11 +165,11 @@ func celError(doc policy.Document, field string, err *apiservercel.Error) error 
 func checkVariable(doc policy.Document, field, name, expression string, seen map[string]bool) error {
 	switch {
 	case name == "":
-		return doc.Errorf(field+".name", "required")
+		return doc.Required(field+".name", "give the variable a name")
 	case seen[name]:
-		return doc.Errorf(field+".name", "variable %q is defined twice", name)
+		return doc.Invalid(field+".name", name, "the variable is defined twice; give each a name of its own")
 	case strings.TrimSpace(expression) == "":
-		return doc.Errorf(field+".expression", "required")
+		return doc.Required(field+".expression", "give the variable's CEL expression")
 	}
 	seen[name] = true
 	return nil
