@@ -22,8 +22,7 @@ type Options struct {
 	// and GlobalContextEntries. May be nil.
 	Objects *objects.Store
 	// Types finds kind schemas for ApplyConfiguration mutations; nil reads them offline
-	// (client-go's built-in schemas, then CRDs in Objects). In a cluster, pass
-	// TypeConverterManagerSource(patch.NewTypeConverterManager(...)).
+	// (client-go's built-in schemas, then CRDs in Objects).
 	Types TypeConverterSource
 	// Resources answers resource.Get/List; nil answers from Objects.
 	Resources ResourceReader

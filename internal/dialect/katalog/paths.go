@@ -41,13 +41,6 @@ type Converter struct {
 	paths   map[[2]string]*ConversionPath
 }
 
-// StorageVersion is the declared storage version ("" when none is declared).
-func (c *Converter) StorageVersion() string { return c.storage }
-
-// Entries are the entries of the group and kind that declare conversion: the owner of
-// the paths and the participants.
-func (c *Converter) Entries() []*Entry { return slices.Clone(c.members) }
-
 // converters groups the entries with a conversion by group and kind, one Converter each.
 func (c *compiler) converters(entries []*Entry) {
 	byGK := map[schema.GroupKind][]*Entry{}
