@@ -72,12 +72,9 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 		for i := range spec.matchConditions {
 			mc := &spec.matchConditions[i]
 			field := fmt.Sprintf("spec.matchConditions[%d]", i)
-			if mc.Name == "" {
-				errs = append(errs, doc.Required(field+".name", "give the match condition a name"))
-			} else if names[mc.Name] {
-				errs = append(errs, doc.Invalid(field+".name", mc.Name, "the match condition is defined twice; give each a name of its own"))
+			if err := checkMatchConditionName(doc, field, mc.Name, names); err != nil {
+				errs = append(errs, err)
 			}
-			names[mc.Name] = true
 			accessors[i] = (*matchconditions.MatchCondition)(mc)
 			if res := compiler.CompileCELExpression(accessors[i], opts, environment.StoredExpressions); res.Error != nil {
 				errs = append(errs, celError(doc, field+".expression", res.Error))
@@ -92,38 +89,14 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 		errs = append(errs, doc.Required("spec.mutations", "give at least one mutation"))
 	}
 	for i, m := range spec.mutations {
-		field := fmt.Sprintf("spec.mutations[%d]", i)
-		var accessor plugincel.ExpressionAccessor
-		var expr string
-		switch m.PatchType {
-		case admissionv1.PatchTypeApplyConfiguration:
-			if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
-				errs = append(errs, doc.Required(field+".applyConfiguration.expression", "patchType ApplyConfiguration needs an expression; give one"))
-				continue
-			}
-			if m.JSONPatch != nil {
-				errs = append(errs, doc.Forbidden(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration; remove it"))
-			}
-			expr = m.ApplyConfiguration.Expression
-			accessor = &patch.ApplyConfigurationCondition{Expression: expr}
-			field += ".applyConfiguration.expression"
-		case admissionv1.PatchTypeJSONPatch:
-			if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
-				errs = append(errs, doc.Required(field+".jsonPatch.expression", "patchType JSONPatch needs an expression; give one"))
-				continue
-			}
-			if m.ApplyConfiguration != nil {
-				errs = append(errs, doc.Forbidden(field+".applyConfiguration", "must not be given when patchType is JSONPatch; remove it"))
-			}
-			expr = m.JSONPatch.Expression
+		expr, field, bad := checkMutation(doc, i, m)
+		errs = append(errs, bad...)
+		if expr == "" {
+			continue
+		}
+		var accessor plugincel.ExpressionAccessor = &patch.ApplyConfigurationCondition{Expression: expr}
+		if m.PatchType == admissionv1.PatchTypeJSONPatch {
 			accessor = &patch.JSONPatchCondition{Expression: expr}
-			field += ".jsonPatch.expression"
-		case "":
-			errs = append(errs, doc.Required(field+".patchType", "use ApplyConfiguration or JSONPatch"))
-			continue
-		default:
-			errs = append(errs, doc.NotSupported(field+".patchType", string(m.PatchType), "ApplyConfiguration", "JSONPatch"))
-			continue
 		}
 		if res := compiler.CompileCELExpression(accessor, patchOpts, environment.StoredExpressions); res.Error != nil {
 			errs = append(errs, celError(doc, field, res.Error))
@@ -158,6 +131,47 @@ func celError(doc policy.Document, field string, err *apiservercel.Error) error 
 		}
 	}
 	return doc.Invalid(field, nil, err.Detail)
+}
+
+// checkMutation checks mutation i's patchType and expression, as the API server does:
+// it returns the expression and its field, or "" when the mutation cannot be compiled,
+// and the errors found (a stray field of the other patch type does not stop it).
+func checkMutation(doc policy.Document, i int, m admissionv1.Mutation) (expr, at string, errs []error) {
+	field := fmt.Sprintf("spec.mutations[%d]", i)
+	switch m.PatchType {
+	case admissionv1.PatchTypeApplyConfiguration:
+		if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
+			return "", "", []error{doc.Required(field+".applyConfiguration.expression", "patchType ApplyConfiguration needs an expression; give one")}
+		}
+		if m.JSONPatch != nil {
+			errs = append(errs, doc.Forbidden(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration; remove it"))
+		}
+		return m.ApplyConfiguration.Expression, field + ".applyConfiguration.expression", errs
+	case admissionv1.PatchTypeJSONPatch:
+		if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
+			return "", "", []error{doc.Required(field+".jsonPatch.expression", "patchType JSONPatch needs an expression; give one")}
+		}
+		if m.ApplyConfiguration != nil {
+			errs = append(errs, doc.Forbidden(field+".applyConfiguration", "must not be given when patchType is JSONPatch; remove it"))
+		}
+		return m.JSONPatch.Expression, field + ".jsonPatch.expression", errs
+	case "":
+		return "", "", []error{doc.Required(field+".patchType", "use ApplyConfiguration or JSONPatch")}
+	}
+	return "", "", []error{doc.NotSupported(field+".patchType", string(m.PatchType), "ApplyConfiguration", "JSONPatch")}
+}
+
+// checkMatchConditionName checks a match condition's name and records it in seen: every
+// match condition needs a name, used once.
+func checkMatchConditionName(doc policy.Document, field, name string, seen map[string]bool) error {
+	defer func() { seen[name] = true }()
+	switch {
+	case name == "":
+		return doc.Required(field+".name", "give the match condition a name")
+	case seen[name]:
+		return doc.Invalid(field+".name", name, "the match condition is defined twice; give each a name of its own")
+	}
+	return nil
 }
 
 // checkVariable checks a variable's name and expression before it is compiled, and

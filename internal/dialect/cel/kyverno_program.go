@@ -125,12 +125,9 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 	names := map[string]bool{}
 	for i, mc := range spec.matchConditions {
 		field := fmt.Sprintf("spec.matchConditions[%d]", i)
-		if mc.Name == "" {
-			errs = append(errs, doc.Required(field+".name", "give the match condition a name"))
-		} else if names[mc.Name] {
-			errs = append(errs, doc.Invalid(field+".name", mc.Name, "the match condition is defined twice; give each a name of its own"))
+		if err := checkMatchConditionName(doc, field, mc.Name, names); err != nil {
+			errs = append(errs, err)
 		}
-		names[mc.Name] = true
 		if prog := compile(field+".expression", mc.Expression, celgo.BoolType); prog != nil {
 			p.matchConditions = append(p.matchConditions, kyvernoCondition{name: mc.Name, prog: prog})
 		}
@@ -139,36 +136,18 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 		errs = append(errs, doc.Required("spec.mutations", "give at least one mutation"))
 	}
 	for i, m := range spec.mutations {
-		field := fmt.Sprintf("spec.mutations[%d]", i)
-		switch m.PatchType {
-		case admissionv1.PatchTypeApplyConfiguration:
-			if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
-				errs = append(errs, doc.Required(field+".applyConfiguration.expression", "patchType ApplyConfiguration needs an expression; give one"))
-				continue
-			}
-			if m.JSONPatch != nil {
-				errs = append(errs, doc.Forbidden(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration; remove it"))
-			}
-			expr := m.ApplyConfiguration.Expression
-			if prog := compile(field+".applyConfiguration.expression", expr, applyConfigType); prog != nil {
-				p.mutations = append(p.mutations, kyvernoMutation{applyConfig: true, prog: prog, expression: expr})
-			}
-		case admissionv1.PatchTypeJSONPatch:
-			if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
-				errs = append(errs, doc.Required(field+".jsonPatch.expression", "patchType JSONPatch needs an expression; give one"))
-				continue
-			}
-			if m.ApplyConfiguration != nil {
-				errs = append(errs, doc.Forbidden(field+".applyConfiguration", "must not be given when patchType is JSONPatch; remove it"))
-			}
-			expr := m.JSONPatch.Expression
-			if prog := compile(field+".jsonPatch.expression", expr, celgo.ListType(jsonPatchType)); prog != nil {
-				p.mutations = append(p.mutations, kyvernoMutation{prog: prog, expression: expr})
-			}
-		case "":
-			errs = append(errs, doc.Required(field+".patchType", "use ApplyConfiguration or JSONPatch"))
-		default:
-			errs = append(errs, doc.NotSupported(field+".patchType", string(m.PatchType), "ApplyConfiguration", "JSONPatch"))
+		expr, field, bad := checkMutation(doc, i, m)
+		errs = append(errs, bad...)
+		if expr == "" {
+			continue
+		}
+		applyConfig := m.PatchType == admissionv1.PatchTypeApplyConfiguration
+		want := celgo.ListType(jsonPatchType)
+		if applyConfig {
+			want = applyConfigType
+		}
+		if prog := compile(field, expr, want); prog != nil {
+			p.mutations = append(p.mutations, kyvernoMutation{applyConfig: applyConfig, prog: prog, expression: expr})
 		}
 	}
 	for i, a := range spec.auditAnnotations {
