@@ -158,16 +158,7 @@ func (r Reader) expand(p string) ([]string, error) {
 		return []string{p}, nil
 	}
 	var files []string
-	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != p && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err = WalkFiles(p, func(path string, _ fs.DirEntry) error {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".yaml", ".yml", ".json":
 		default:
@@ -196,6 +187,23 @@ func (r Reader) expand(p string) ([]string, error) {
 		return nil, fmt.Errorf("%s: the folder has no .yaml, .yml or .json files", p)
 	}
 	return files, nil
+}
+
+// WalkFiles calls visit for each file below the folder root, in lexical order, leaving
+// out hidden folders (".git", ".github") below it: what a policy or test folder holds.
+func WalkFiles(root string, visit func(path string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return visit(path, d)
+	})
 }
 
 // Decode splits data into documents (YAML separated by "---", or one JSON value) and
