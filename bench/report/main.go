@@ -56,17 +56,12 @@ func main() {
 	// -p 1: one package at a time, so that no benchmark shares the machine with another.
 	args := []string{"test", "-p", "1", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(*count), "-benchtime", *benchtime}
 	args = append(args, strings.Fields(*pkgs)...)
-	command := "go " + strings.Join(args, " ")
-	fmt.Fprintln(os.Stderr, "running:", command)
-	cmd := exec.Command("go", args...)
-	var buf bytes.Buffer
-	cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
+	command, printed, err := goCommand(args)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "report: benchmarks failed:", err)
 		os.Exit(1)
 	}
-	samples, cpu := parse(buf.Bytes())
+	samples, cpu := parse(printed)
 	report := render(samples, cpu, command, *count)
 	if *load {
 		section, err := loadTest(*floorDuration)
@@ -185,21 +180,29 @@ func loadTest(d time.Duration) (string, error) {
 	}
 	var b strings.Builder
 	for i, args := range runs {
-		command := "go " + strings.Join(args, " ")
-		fmt.Fprintln(os.Stderr, "running:", command)
-		cmd := exec.Command("go", args...)
-		var out bytes.Buffer
-		cmd.Stdout = io.MultiWriter(&out, os.Stderr)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
+		command, out, err := goCommand(args)
+		if err != nil {
 			return "", err
 		}
 		if i == 0 {
 			fmt.Fprintf(&b, "\nThe load tests below are from the same `make bench`; the bare handler only decodes the review and allows it.\n")
 		}
-		fmt.Fprintf(&b, "\nCommand: `%s`\n\n%s", command, out.String())
+		fmt.Fprintf(&b, "\nCommand: `%s`\n\n%s", command, out)
 	}
 	return b.String(), nil
+}
+
+// goCommand runs go with args, its output shown as it comes, and returns the command
+// line and what it printed on standard output.
+func goCommand(args []string) (string, []byte, error) {
+	command := "go " + strings.Join(args, " ")
+	fmt.Fprintln(os.Stderr, "running:", command)
+	cmd := exec.Command("go", args...)
+	var out bytes.Buffer
+	cmd.Stdout = io.MultiWriter(&out, os.Stderr)
+	cmd.Stderr = os.Stderr
+	err := cmd.Run()
+	return command, out.Bytes(), err
 }
 
 // notes explains the benchmarks; kept next to the code that writes the report.
