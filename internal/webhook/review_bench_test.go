@@ -98,7 +98,7 @@ func TestReviewDecodersAgree(t *testing.T) {
 			t.Fatal(name, err)
 		}
 		if !reflect.DeepEqual(typed.AdmissionReview, reflective.AdmissionReview) || !reflect.DeepEqual(typed.object, reflective.object) || !reflect.DeepEqual(typed.oldObject, reflective.oldObject) {
-			t.Errorf("%s: the decoders disagree:\n%+v\n%+v", name, typed.AdmissionReview.Request, reflective.AdmissionReview.Request)
+			t.Errorf("%s: the decoders disagree:\n%+v\n%+v", name, typed.Request, reflective.Request)
 		}
 		if typed.object == nil || (name == "update") != (typed.oldObject != nil) {
 			t.Errorf("%s: objects not decoded", name)

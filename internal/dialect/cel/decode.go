@@ -328,7 +328,7 @@ func unimplementedKyvernoFields(doc policy.Document, spec *kyvernoPolicySpec) []
 	}
 	if ev := spec.Evaluation; ev != nil {
 		if ev.Mode != "" && ev.Mode != "Kubernetes" {
-			errs = append(errs, doc.Invalid("spec.evaluation.mode", string(ev.Mode), "morph evaluates Kubernetes objects only; use mode Kubernetes"))
+			errs = append(errs, doc.Invalid("spec.evaluation.mode", ev.Mode, "morph evaluates Kubernetes objects only; use mode Kubernetes"))
 		}
 		if ev.UseServerSideApply {
 			errs = append(errs, doc.Forbidden("spec.evaluation.useServerSideApply", "morph does not implement useServerSideApply yet; remove it to merge apply configurations as the API server's MutatingAdmissionPolicy does"))
