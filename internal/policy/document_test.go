@@ -255,3 +255,27 @@ func TestParsePath(t *testing.T) {
 		t.Errorf("the path is not parsed into its parts: root %q", p.Root())
 	}
 }
+
+// TestJoinDocumentsAggregates: the field errors of one document, from however many
+// joins, become one *Error with a field.ErrorList.
+func TestJoinDocumentsAggregates(t *testing.T) {
+	a := Document{File: "p.yaml", Index: 1, Object: map[string]any{"kind": "Assign", "metadata": map[string]any{"name": "a"}}}
+	b := Document{File: "p.yaml", Index: 2, Object: map[string]any{"kind": "Assign", "metadata": map[string]any{"name": "b"}}}
+	err := JoinDocuments(
+		errors.Join(a.Required("spec.location", "give it"), b.Required("spec", "give it")),
+		a.NotSupported("spec.match.scope", "x", "Cluster", "Namespaced"),
+	)
+	parts := Errors(err)
+	if len(parts) != 2 {
+		t.Fatalf("%d parts, want one a document: %v", len(parts), err)
+	}
+	var pe *Error
+	if !errors.As(parts[0], &pe) || len(pe.Fields) != 2 || pe.Doc.Index != 1 {
+		t.Fatalf("document 1 not aggregated: %#v", parts[0])
+	}
+	want := "p.yaml: document 1 (Assign \"a\"): spec.location: Required value: give it\n" +
+		"p.yaml: document 1 (Assign \"a\"): spec.match.scope: Unsupported value: \"x\": supported values: \"Cluster\", \"Namespaced\""
+	if parts[0].Error() != want {
+		t.Fatalf("got\n%s\nwant\n%s", parts[0], want)
+	}
+}

@@ -86,12 +86,13 @@ func wholeDocument(fe *field.Error) *field.Error {
 	return fe
 }
 
-// JoinDocuments joins errors as errors.Join does, but merges the *Error values of one
-// document into one, in the order found, so that a document's problems print together.
+// JoinDocuments joins errors as errors.Join does (flattening joined errors), but merges
+// the *Error values of one document into one, its field.ErrorList in the order found,
+// so that a document's problems print together.
 func JoinDocuments(errs ...error) error {
 	var out []error
 	byDoc := map[docKey]*Error{}
-	for _, err := range errs {
+	for _, err := range Errors(errors.Join(errs...)) {
 		if err == nil {
 			continue
 		}
