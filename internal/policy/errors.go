@@ -143,14 +143,12 @@ func Duplicate(path *field.Path, value any, detail string) *field.Error {
 	return fe
 }
 
-// Unknown is the error for a field morph does not know (never silently dropped):
-// `spec.locaton: Forbidden: unknown field; the fields of spec are applyTo, location, match, parameters`.
+// Unknown is the error for a field morph does not know (never silently dropped), in
+// the one wording of every dialect:
+// `spec.locaton: Forbidden: unknown field; the fields here are applyTo, location, match, parameters`.
+// parent is nil for the document itself.
 func Unknown(parent *field.Path, key string, allowed ...string) *field.Error {
-	where := "the document"
-	if parent != nil {
-		where = parent.String()
-	}
-	return field.Forbidden(child(parent, key), fmt.Sprintf("unknown field; the fields of %s are %s", where, strings.Join(allowed, ", ")))
+	return field.Forbidden(child(parent, key), "unknown field; the fields here are "+strings.Join(allowed, ", "))
 }
 
 // CheckKnown returns the Unknown error for the first key of m (in sorted order) that

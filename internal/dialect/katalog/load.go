@@ -204,7 +204,7 @@ func entryList(v any) ([]rawEntry, error) {
 // checkKeys rejects keys outside allowed, naming the first unknown key in sorted order.
 func checkKeys(m map[string]any, allowed ...string) error {
 	if k, ok := policy.UnknownField(m, allowed...); ok {
-		return field.Forbidden(rel(k), "unknown field; the fields here are "+strings.Join(allowed, ", "))
+		return policy.Unknown(nil, k, allowed...)
 	}
 	return nil
 }
