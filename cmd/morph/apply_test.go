@@ -109,7 +109,7 @@ spec:
 		{"two stdins", []string{"apply", "-p", "-", "-f", "-"}, exitUsage, "only one of"},
 		{"unknown flag", []string{"apply", "--nope"}, exitUsage, "unknown flag: --nope"},
 		{"malformed location", []string{"apply", "-p", bad, "-f", pod}, exitError,
-			`bad.yaml: document 1 (Assign "bad"): spec.location: unexpected "]" at column 27: expected "." or "["`},
+			`bad.yaml: document 1 (Assign "bad"): spec.location: Invalid value: "spec.containers[name: foo]].x": unexpected "]" at column 27: expected "." or "["`},
 		{"missing file", []string{"apply", "-p", pols, "-f", "nope.yaml"}, exitError, "nope.yaml: stat nope.yaml: no such file or directory"},
 		{"no policies", []string{"apply", "-p", examples + "/context", "-f", pod}, exitError, "no policies found"},
 	}

@@ -145,7 +145,7 @@ func (o *convertOptions) load(stdin io.Reader, stderr io.Writer) (*engine.Conver
 			continue
 		}
 		if err := store.Add(d.Object); err != nil {
-			return nil, d.Wrap("", fmt.Errorf("context object: %w", err))
+			return nil, fmt.Errorf("%s: context object: %w", d.Where(), err)
 		}
 	}
 	if len(katalogs) == 0 {
@@ -169,7 +169,7 @@ func (o *convertOptions) load(stdin io.Reader, stderr io.Writer) (*engine.Conver
 func convertDocument(ctx context.Context, conversions *engine.Conversions, d policy.Document, target string) (map[string]any, error) {
 	out, _, err := conversions.Convert(ctx, d.Object, target)
 	if err != nil {
-		return nil, d.Wrap("", err)
+		return nil, fmt.Errorf("%s: %w", d.Where(), err)
 	}
 	return out, nil
 }

@@ -98,7 +98,7 @@ func TestConvertErrors(t *testing.T) {
 		{"conversion fails", []string{"-p", katalogFile, "-f", bad, "--to", "demo.orkestra.io/v2"}, 1,
 			bad + `: document 1 (CronJob "bad"): converting demo.orkestra.io/v1 to demo.orkestra.io/v2 with Katalog/cronjobs[cronjob-v2]: converting CronJob ns/bad from v1 to v2: spec.schedule: resolving "{{ cronToMap .spec.schedule }}": error calling cronToMap: cron expression "0 2 * *" has 4 fields`},
 		{"no path", []string{"-p", katalogFile, "-f", bad, "--to", "v3"}, 1, "no conversion path from v1 to v3"},
-		{"katalog does not load", []string{"-p", brokenKatalog, "-f", bad, "--to", "v2"}, 1, `spec.crds.a.conversion.paths[0].spec.x: template: spec.x:1: function "env" not defined`},
+		{"katalog does not load", []string{"-p", brokenKatalog, "-f", bad, "--to", "v2"}, 1, `spec.crds.a.conversion.paths[0].spec.x: Invalid value: "{{ env \"HOME\" }}": template: spec.x:1: function "env" not defined`},
 		{"not a katalog", []string{"-p", bad, "-f", bad, "--to", "v2"}, 1, "no Katalog found"},
 		{"missing file", []string{"-p", katalogFile, "-f", filepath.Join(tmp, "nope.yaml"), "--to", "v2"}, 1, "no such file"},
 	}

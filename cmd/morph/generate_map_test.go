@@ -32,8 +32,8 @@ func TestGenerateMap(t *testing.T) {
 			args:    []string{"-p", filepath.Join("testdata", "generate-map", "kyverno-only.yaml")},
 			wantErr: true,
 			wantStderr: []string{
-				`spec.variables[0].expression: the CEL library function image() exists only in Kyverno`,
-				`(MutatingPolicy "existing"): spec.evaluation.mutateExisting: mutating existing objects exists only in Kyverno`,
+				`spec.variables[0].expression: Forbidden: the CEL library function image() exists only in Kyverno; a MutatingAdmissionPolicy cannot express it`,
+				`(MutatingPolicy "existing"): spec.evaluation.mutateExisting: Forbidden: mutating existing objects exists only in Kyverno`,
 			},
 		},
 		{

@@ -67,7 +67,7 @@ func TestGenerateWebhooks(t *testing.T) {
 		{name: "a bad url", args: []string{"--policies", policies, "--url", "http://a:1"}, err: "use https://HOST:PORT", exitCode: exitUsage},
 		{name: "no policies flag", args: []string{"--url", "https://a:1"}, err: "--policies is required", exitCode: exitUsage},
 		{name: "a broken policy", args: []string{"--policies", broken, "--url", "https://a:1", "--ca-file", ca},
-			stderr: `bad.yaml: document 1 (Label "nokey"): spec.key: is required`, err: "the policies did not load", exitCode: exitError},
+			stderr: `bad.yaml: document 1 (Label "nokey"): spec.key: Required value: name the label to set`, err: "the policies did not load", exitCode: exitError},
 		{name: "nothing to register", args: []string{"--policies", empty, "--url", "https://a:1", "--ca-file", ca}, stderr: "no webhook configuration to print"},
 	}
 	for _, tt := range tests {

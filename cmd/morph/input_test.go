@@ -23,9 +23,9 @@ func TestApplyInputBounds(t *testing.T) {
 		{"bad --max-input", []string{"apply", "--max-input", "-1", "-p", pol, "-f", "-"}, "", exitUsage, "--max-input"},
 		{"duplicate key", []string{"apply", "-p", pol, "-f", "-"}, "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  hostNetwork: false\n  hostNetwork: true\n", exitError, "-: document 1: duplicate key"},
 		{"misspelled Gatekeeper kind", []string{"apply", "-p", "-", "-f", examples + "/manifests"}, "apiVersion: mutations.gatekeeper.sh/v1\nkind: Assing\nmetadata: {name: a}\nspec: {}\n", exitError,
-			`-: document 1 (Assing "a"): kind: "Assing" is not a kind of mutations.gatekeeper.sh: the group has Assign, AssignImage, AssignMetadata, ModifySet`},
+			`-: document 1 (Assing "a"): kind: Invalid value: "Assing": not a kind of mutations.gatekeeper.sh; use one of its kinds: Assign, AssignImage, AssignMetadata, ModifySet`},
 		{"misspelled Kyverno kind", []string{"apply", "-p", "-", "-f", examples + "/manifests"}, "apiVersion: policies.kyverno.io/v1\nkind: MutatingPolicyy\nmetadata: {name: a}\nspec: {}\n", exitError,
-			`kind: "MutatingPolicyy" is not a kind of policies.kyverno.io: the group has MutatingPolicy,`},
+			`kind: Invalid value: "MutatingPolicyy": not a kind of policies.kyverno.io; use one of its kinds: MutatingPolicy,`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,8 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // serveTestDialect compiles "test.morph.dev/v1 Label" documents (spec.key, spec.value,
@@ -44,7 +46,7 @@ func (serveTestDialect) Compile(docs []policy.Document) (*policy.Bundle, error) 
 		key, _ := spec["key"].(string)
 		value, _ := spec["value"].(string)
 		if key == "" {
-			errs = append(errs, d.Errorf("spec.key", "is required: name the label to set"))
+			errs = append(errs, d.Err(field.Required(field.NewPath("spec", "key"), "name the label to set")))
 			continue
 		}
 		ops := []string{"*"}
@@ -57,7 +59,7 @@ func (serveTestDialect) Compile(docs []policy.Document) (*policy.Bundle, error) 
 		}
 		opSet, err := engine.OperationsOf(ops...)
 		if err != nil {
-			errs = append(errs, d.Wrap("spec.operations", err))
+			errs = append(errs, d.Wrap(field.NewPath("spec", "operations"), nil, err))
 			continue
 		}
 		failClose, _ := spec["failClose"].(bool)
@@ -353,7 +355,7 @@ func TestServeCommandServesAndStops(t *testing.T) {
 		}
 		text, _ := io.ReadAll(r.Body)
 		r.Body.Close()
-		if r.StatusCode == http.StatusOK && bytes.Contains(text, []byte("spec.key: is required")) {
+		if r.StatusCode == http.StatusOK && bytes.Contains(text, []byte("spec.key: Required value: name the label to set")) {
 			break
 		}
 		if time.Now().After(deadline) {

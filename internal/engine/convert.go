@@ -29,9 +29,6 @@ func NewConversions(cs []Converter) (*Conversions, error) {
 	return c, nil
 }
 
-// Len is the number of converters.
-func (c *Conversions) Len() int { return len(c.byGK) }
-
 // Convert returns obj at desired ("group/version"; a bare version means obj's own
 // group). An object already at that version is returned as is, with changed false. The
 // conversion stays within the object's group, runs under the converter's timeout and

@@ -506,13 +506,6 @@ func writeEscaped(b *strings.Builder, s string) {
 	}
 }
 
-// EscapeKey escapes one pointer segment.
-func EscapeKey(s string) string {
-	var b strings.Builder
-	writeEscaped(&b, s)
-	return b.String()
-}
-
 // AppendKey appends "/" and one escaped pointer segment to dst, for building pointers
 // without intermediate strings.
 func AppendKey(dst []byte, key string) []byte {

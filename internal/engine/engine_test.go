@@ -379,7 +379,6 @@ func TestDeterministicPatch(t *testing.T) {
 
 type recordingFinalizer struct{}
 
-func (recordingFinalizer) Name() string { return "finalizer" }
 func (recordingFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, error) {
 	root := w.Map(obj)
 	root["done"] = true
@@ -464,7 +463,6 @@ func TestReinvokeOnce(t *testing.T) {
 
 type warningFinalizer struct{}
 
-func (warningFinalizer) Name() string { return "warner" }
 func (warningFinalizer) Finalize(_ context.Context, _ *Request, obj map[string]any, _ []Change, w *Writer) (map[string]any, error) {
 	w.Warn("provider slow")
 	w.Warn("returned")

@@ -74,9 +74,6 @@ func NewSet(mutators []Mutator, finalizers ...Finalizer) (*Set, error) {
 	return s, nil
 }
 
-// Len is the number of mutators.
-func (s *Set) Len() int { return len(s.all) }
-
 // Mutators returns the mutators in order.
 func (s *Set) Mutators() []Mutator {
 	out := make([]Mutator, len(s.all))

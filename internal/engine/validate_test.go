@@ -15,8 +15,6 @@ type ruleValidator struct {
 	err     error
 }
 
-func (v *ruleValidator) ID() ID            { return v.id }
-func (v *ruleValidator) Targets() []Target { return v.targets }
 func (v *ruleValidator) Validate(context.Context, *Request, map[string]any) ([]Violation, error) {
 	if v.err != nil {
 		return nil, v.err

@@ -37,9 +37,6 @@ func NewGlob(s string) (Glob, error) {
 	return g, nil
 }
 
-// String returns the glob as written.
-func (g Glob) String() string { return g.text }
-
 // Match reports whether s matches.
 func (g Glob) Match(s string) bool {
 	switch {
@@ -115,14 +112,6 @@ func (s *Selector) Matches(lbls map[string]any) bool {
 	return s.sel.Matches(objectLabels(lbls))
 }
 
-// String prints the selector.
-func (s *Selector) String() string {
-	if s == nil {
-		return ""
-	}
-	return s.sel.String()
-}
-
 // objectLabels adapts a decoded label map to labels.Labels without copying it.
 type objectLabels map[string]any
 
@@ -150,10 +139,4 @@ func Metadata(obj map[string]any) map[string]any {
 func Labels(obj map[string]any) map[string]any {
 	l, _ := Metadata(obj)["labels"].(map[string]any)
 	return l
-}
-
-// String reads a string field of obj.metadata.
-func MetaString(obj map[string]any, field string) string {
-	s, _ := Metadata(obj)[field].(string)
-	return s
 }

@@ -98,7 +98,7 @@ func (nothing) Compile(docs []policy.Document) (*policy.Bundle, error) {
 	b := &policy.Bundle{Warnings: []string{"a warning"}}
 	for _, d := range docs {
 		if d.Name() == "bad" {
-			return b, d.Errorf("spec", "bad policy")
+			return b, d.Invalid("spec", nil, "bad policy")
 		}
 	}
 	return b, nil

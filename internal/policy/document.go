@@ -61,36 +61,6 @@ func (d Document) Where() string {
 	return s
 }
 
-// Errorf returns an error located at a field of this document.
-func (d Document) Errorf(field, format string, args ...any) error {
-	return &Error{Doc: d, Field: field, Err: fmt.Errorf(format, args...)}
-}
-
-// Wrap locates err at a field of this document.
-func (d Document) Wrap(field string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &Error{Doc: d, Field: field, Err: err}
-}
-
-// Error is a problem with one document, located at a field:
-// `policies/pull.yaml: document 2 (Assign "always-pull"): spec.location: unexpected "]" at column 18`.
-type Error struct {
-	Doc   Document
-	Field string
-	Err   error
-}
-
-func (e *Error) Error() string {
-	if e.Field == "" {
-		return e.Doc.Where() + ": " + e.Err.Error()
-	}
-	return e.Doc.Where() + ": " + e.Field + ": " + e.Err.Error()
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
 // DefaultMaxInput bounds each input (a file or standard input) when a Reader gives no
 // bound: `-p /dev/zero` fails instead of growing without end.
 const DefaultMaxInput int64 = 64 << 20
@@ -188,16 +158,7 @@ func (r Reader) expand(p string) ([]string, error) {
 		return []string{p}, nil
 	}
 	var files []string
-	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != p && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err = WalkFiles(p, func(path string, _ fs.DirEntry) error {
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".yaml", ".yml", ".json":
 		default:
@@ -226,6 +187,23 @@ func (r Reader) expand(p string) ([]string, error) {
 		return nil, fmt.Errorf("%s: the folder has no .yaml, .yml or .json files", p)
 	}
 	return files, nil
+}
+
+// WalkFiles calls visit for each file below the folder root, in lexical order, leaving
+// out hidden folders (".git", ".github") below it: what a policy or test folder holds.
+func WalkFiles(root string, visit func(path string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return visit(path, d)
+	})
 }
 
 // Decode splits data into documents (YAML separated by "---", or one JSON value) and

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func TestDecode(t *testing.T) {
@@ -97,14 +99,18 @@ func TestReadMissing(t *testing.T) {
 
 func TestErrorLocation(t *testing.T) {
 	d := Document{File: "policies/pull.yaml", Index: 2, Object: map[string]any{"kind": "Assign", "metadata": map[string]any{"name": "always-pull"}}}
-	err := d.Errorf("spec.location", "unexpected %q at column %d", "]", 18)
-	want := `policies/pull.yaml: document 2 (Assign "always-pull"): spec.location: unexpected "]" at column 18`
+	err := d.Err(field.Invalid(field.NewPath("spec", "location"), "a]", `unexpected "]" at column 2; write a path such as spec.containers[name: *].image`))
+	want := `policies/pull.yaml: document 2 (Assign "always-pull"): spec.location: Invalid value: "a]": unexpected "]" at column 2; write a path such as spec.containers[name: *].image`
 	if err.Error() != want {
 		t.Fatalf("got  %s\nwant %s", err, want)
 	}
 	var pe *Error
-	if !errors.As(err, &pe) || pe.Field != "spec.location" {
+	if !errors.As(err, &pe) || pe.Fields[0].Field != "spec.location" {
 		t.Fatal("error must unwrap to *policy.Error")
+	}
+	var fe *field.Error
+	if !errors.As(err, &fe) || fe.Type != field.ErrorTypeInvalid {
+		t.Fatal("error must unwrap to *field.Error")
 	}
 }
 
@@ -118,7 +124,7 @@ func (f fakeDialect) Compile(docs []Document) (*Bundle, error) {
 	var errs []error
 	for _, d := range docs {
 		if d.Name() == "bad" {
-			errs = append(errs, d.Errorf("spec", "bad policy"))
+			errs = append(errs, d.Err(field.Forbidden(field.NewPath("spec"), "bad policy")))
 		}
 	}
 	return &Bundle{Warnings: []string{f.name}}, errors.Join(errs...)
@@ -135,7 +141,7 @@ func TestLoaderRoutes(t *testing.T) {
 	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "document 4: apiVersion and kind are required") && !strings.Contains(errs[0].Error(), "not a Kubernetes object") {
 		t.Fatalf("errors: %v", errs)
 	}
-	if !strings.Contains(errs[1].Error(), `p.yaml: document 2 (P "bad"): spec: bad policy`) {
+	if !strings.Contains(errs[1].Error(), `p.yaml: document 2 (P "bad"): spec: Forbidden: bad policy`) {
 		t.Fatalf("errors: %v", errs)
 	}
 	if len(others) != 1 || others[0].Kind() != "Namespace" {
@@ -190,7 +196,7 @@ func TestLoaderRefusesMisspelledKinds(t *testing.T) {
 		t.Fatalf("Known: %v %v %v", l.Known(docs[0]), l.Known(docs[1]), l.Known(docs[2]))
 	}
 	_, others, err := l.Load(docs)
-	want := `p.yaml: document 1 (Assing "a"): kind: "Assing" is not a kind of fake.dev: the group has Assign, Other`
+	want := `p.yaml: document 1 (Assing "a"): kind: Invalid value: "Assing": not a kind of fake.dev; use one of its kinds: Assign, Other`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
@@ -210,9 +216,9 @@ func TestDocumentOrder(t *testing.T) {
 		{nil, 0, ""},
 		{"10", 10, ""},
 		{"-3", -3, ""},
-		{" 5", 0, `metadata.annotations[morph.dev/order]: " 5" is not a whole number: give one such as "10"`},
-		{"first", 0, `"first" is not a whole number`},
-		{int64(5), 0, `a number is not a string`},
+		{" 5", 0, `metadata.annotations[morph.dev/order]: Invalid value: " 5": not a whole number; give one such as "10"`},
+		{"first", 0, `Invalid value: "first": not a whole number`},
+		{int64(5), 0, `Invalid value: 5: annotations are strings, found a number; write a whole number in quotes`},
 	}
 	for _, tt := range tests {
 		md := map[string]any{"name": "p"}
@@ -230,5 +236,46 @@ func TestDocumentOrder(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%v: got %v, %v; want %d", tt.ann, got, err, tt.want)
 		}
+	}
+}
+
+func TestParsePath(t *testing.T) {
+	for _, tt := range []struct{ text, want string }{
+		{"spec", "spec"},
+		{"spec.mutations[0].patchType", "spec.mutations[0].patchType"},
+		{"metadata.annotations[morph.dev/order]", "metadata.annotations[morph.dev/order]"},
+		{"spec.x[1][2].y", "spec.x[1][2].y"},
+		{"a.b.c", "a.b.c"},
+	} {
+		if got := ParsePath(tt.text).String(); got != tt.want {
+			t.Errorf("ParsePath(%q) = %q", tt.text, got)
+		}
+	}
+	if p := ParsePath("spec.mutations[0]"); p.Root().String() != "spec" {
+		t.Errorf("the path is not parsed into its parts: root %q", p.Root())
+	}
+}
+
+// TestJoinDocumentsAggregates: the field errors of one document, from however many
+// joins, become one *Error with a field.ErrorList.
+func TestJoinDocumentsAggregates(t *testing.T) {
+	a := Document{File: "p.yaml", Index: 1, Object: map[string]any{"kind": "Assign", "metadata": map[string]any{"name": "a"}}}
+	b := Document{File: "p.yaml", Index: 2, Object: map[string]any{"kind": "Assign", "metadata": map[string]any{"name": "b"}}}
+	err := JoinDocuments(
+		errors.Join(a.Required("spec.location", "give it"), b.Required("spec", "give it")),
+		a.NotSupported("spec.match.scope", "x", "Cluster", "Namespaced"),
+	)
+	parts := Errors(err)
+	if len(parts) != 2 {
+		t.Fatalf("%d parts, want one a document: %v", len(parts), err)
+	}
+	var pe *Error
+	if !errors.As(parts[0], &pe) || len(pe.Fields) != 2 || pe.Doc.Index != 1 {
+		t.Fatalf("document 1 not aggregated: %#v", parts[0])
+	}
+	want := "p.yaml: document 1 (Assign \"a\"): spec.location: Required value: give it\n" +
+		"p.yaml: document 1 (Assign \"a\"): spec.match.scope: Unsupported value: \"x\": supported values: \"Cluster\", \"Namespaced\""
+	if parts[0].Error() != want {
+		t.Fatalf("got\n%s\nwant\n%s", parts[0], want)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/morph-dev/morph/internal/engine"
 )
 
@@ -41,7 +43,7 @@ type Dialect interface {
 	Handles(apiVersion, kind string) bool
 	// Compile compiles all of the dialect's documents together (some checks, such as
 	// Gatekeeper's schema conflicts, span documents). A rejected policy is an error
-	// located with Document.Errorf; the other policies are still returned.
+	// located with Document.Err (an *Error); the other policies are still returned.
 	Compile(docs []Document) (*Bundle, error)
 }
 
@@ -95,7 +97,7 @@ func (l *Loader) Load(docs []Document) (*Bundle, []Document, error) {
 	var errs []error
 	for _, d := range docs {
 		if d.APIVersion() == "" || d.Kind() == "" {
-			errs = append(errs, d.Errorf("", "not a Kubernetes object: apiVersion and kind are required"))
+			errs = append(errs, d.Err(required(d)...))
 			continue
 		}
 		routed := false
@@ -108,7 +110,7 @@ func (l *Loader) Load(docs []Document) (*Bundle, []Document, error) {
 		}
 		if !routed {
 			if kinds, bad := l.misspelled(d); bad {
-				errs = append(errs, d.Errorf("kind", "%q is not a kind of %s: the group has %s", d.Kind(), Group(d.APIVersion()), strings.Join(kinds, ", ")))
+				errs = append(errs, d.Err(field.Invalid(field.NewPath("kind"), d.Kind(), fmt.Sprintf("not a kind of %s; use one of its kinds: %s", Group(d.APIVersion()), strings.Join(kinds, ", ")))))
 				continue
 			}
 			others = append(others, d)
@@ -125,7 +127,19 @@ func (l *Loader) Load(docs []Document) (*Bundle, []Document, error) {
 			errs = append(errs, err)
 		}
 	}
-	return out, others, errors.Join(errs...)
+	return out, others, JoinDocuments(errs...)
+}
+
+// required is what a document lacks to be a Kubernetes object.
+func required(d Document) field.ErrorList {
+	var out field.ErrorList
+	if d.APIVersion() == "" {
+		out = append(out, field.Required(field.NewPath("apiVersion"), "not a Kubernetes object; give apiVersion and kind"))
+	}
+	if d.Kind() == "" {
+		out = append(out, field.Required(field.NewPath("kind"), "not a Kubernetes object; give apiVersion and kind"))
+	}
+	return out
 }
 
 // Known reports whether some dialect handles the document, or the document is of a
@@ -147,6 +161,9 @@ func Errors(err error) []error {
 	}
 	var joined interface{ Unwrap() []error }
 	if errors.As(err, &joined) {
+		if _, ok := joined.(*Error); ok {
+			return []error{err} // a document's errors print together
+		}
 		var out []error
 		for _, e := range joined.Unwrap() {
 			out = append(out, Errors(e)...)

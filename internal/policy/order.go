@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,14 +21,14 @@ func (d Document) Order() (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	at := field.NewPath("metadata", "annotations").Key(OrderAnnotation).String()
+	at := field.NewPath("metadata", "annotations").Key(OrderAnnotation)
 	s, isString := v.(string)
 	if !isString {
-		return 0, d.Errorf(at, "%s is not a string: annotations are strings; write a whole number in quotes, such as \"10\"", Describe(v))
+		return 0, d.Err(field.Invalid(at, Shown(v), fmt.Sprintf("annotations are strings, found %s; write a whole number in quotes, such as \"10\"", Describe(v))))
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, d.Errorf(at, "%q is not a whole number: give one such as \"10\"", s)
+		return 0, d.Err(field.Invalid(at, s, `not a whole number; give one such as "10"`))
 	}
 	return n, nil
 }

@@ -126,7 +126,7 @@ func (r *Runner) runMorphFile(ctx context.Context, path string) ([]Case, *Update
 
 func decodeMorphTest(d policy.Document) (*morphTest, error) {
 	if d.APIVersion() != morphGroup+"/v1alpha1" || d.Kind() != "Test" {
-		return nil, d.Errorf("", "expected apiVersion %s/v1alpha1 and kind Test", morphGroup)
+		return nil, d.Invalid("kind", d.Kind(), fmt.Sprintf("expected apiVersion %s/v1alpha1 and kind Test", morphGroup))
 	}
 	raw, err := json.Marshal(d.Object)
 	if err != nil {
@@ -134,39 +134,39 @@ func decodeMorphTest(d policy.Document) (*morphTest, error) {
 	}
 	var t morphTest
 	if err := yaml.UnmarshalStrict(raw, &t); err != nil {
-		return nil, d.Wrap("", err)
+		return nil, d.Wrap(nil, nil, err)
 	}
 	if t.Metadata.Name == "" {
-		return nil, d.Errorf("metadata.name", "required: name the test")
+		return nil, d.Required("metadata.name", "name the test")
 	}
 	if len(t.Policies) == 0 {
-		return nil, d.Errorf("policies", "required: the policy files or folders the test loads")
+		return nil, d.Required("policies", "give the policy files or folders the test loads")
 	}
 	if t.LoadError == "" && len(t.Cases) == 0 {
-		return nil, d.Errorf("cases", "required: at least one case (or loadError)")
+		return nil, d.Required("cases", "give at least one case (or loadError)")
 	}
 	if t.LoadError != "" && len(t.Cases) > 0 {
-		return nil, d.Errorf("cases", "a test that expects a loadError has no cases")
+		return nil, d.Forbidden("cases", "a test that expects a loadError has no cases; remove them or loadError")
 	}
 	for i, c := range t.Cases {
 		field := fmt.Sprintf("cases[%d]", i)
 		if c.Name == "" {
-			return nil, d.Errorf(field+".name", "required: name the case")
+			return nil, d.Required(field+".name", "name the case")
 		}
 		if (c.Input == "") == (c.Object == nil) {
-			return nil, d.Errorf(field, "give the input object as input (a file) or object (inline), one of them")
+			return nil, d.Invalid(field, nil, "give the input object as input (a file) or object (inline), one of them")
 		}
 		if c.Old != "" && c.OldObject != nil {
-			return nil, d.Errorf(field, "give the old object as old (a file) or oldObject (inline), not both")
+			return nil, d.Invalid(field, nil, "give the old object as old (a file) or oldObject (inline), not both")
 		}
 		if c.Expect != nil && c.Expect.count() > 1 {
-			return nil, d.Errorf(field+".expect", "give one of object, objectFile, patch, unchanged, denied and error")
+			return nil, d.Invalid(field+".expect", nil, "give one of object, objectFile, patch, unchanged, denied and error")
 		}
 	}
 	switch t.Mode {
 	case "", "admission", "reconcile":
 	default:
-		return nil, d.Errorf("mode", "%q: use admission or reconcile", t.Mode)
+		return nil, d.NotSupported("mode", t.Mode, "admission", "reconcile")
 	}
 	return &t, nil
 }

@@ -70,16 +70,7 @@ func Discover(paths []string) ([]File, error) {
 			continue
 		}
 		var found []File
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				if path != p && strings.HasPrefix(d.Name(), ".") {
-					return filepath.SkipDir
-				}
-				return nil
-			}
+		err = policy.WalkFiles(p, func(path string, d fs.DirEntry) error {
 			if format, ok := formatOfName(d.Name()); ok {
 				found = append(found, File{Path: path, Format: format})
 			}

@@ -9,9 +9,7 @@ import (
 	"hash"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
@@ -67,16 +65,7 @@ func (s *FolderSource) Fingerprint() (string, error) {
 
 func fingerprintPath(h hash.Hash, root string) error {
 	var files []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err := policy.WalkFiles(root, func(path string, _ fs.DirEntry) error {
 		files = append(files, path)
 		return nil
 	})

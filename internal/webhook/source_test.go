@@ -12,6 +12,8 @@ import (
 
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // labelDialect compiles "test.morph.dev/v1 Label" documents (spec.key, spec.value) into
@@ -31,7 +33,7 @@ func (d labelDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 		key, _ := spec["key"].(string)
 		value, _ := spec["value"].(string)
 		if key == "" {
-			errs = append(errs, doc.Errorf("spec.key", "is required: name the label to set"))
+			errs = append(errs, doc.Err(field.Required(field.NewPath("spec", "key"), "name the label to set")))
 			continue
 		}
 		nsLabel, _ := spec["namespaceLabel"].(string)
@@ -94,7 +96,7 @@ func TestReloadKeepsTheLastGoodPolicies(t *testing.T) {
 		t.Fatalf("after a broken change, labels = %v, want the last good team=a", got)
 	}
 	ready := s.Readiness()
-	wantErr := filepath.Join(policies, "broken.yaml") + `: document 1 (Label "nokey"): spec.key: is required`
+	wantErr := filepath.Join(policies, "broken.yaml") + `: document 1 (Label "nokey"): spec.key: Required value: name the label to set`
 	if !ready.Ready || !strings.Contains(ready.LastError, wantErr) {
 		t.Errorf("readiness = %+v, want ready with the error %q", ready, wantErr)
 	}

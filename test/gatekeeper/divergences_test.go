@@ -29,7 +29,7 @@ var divergences = []divergence{
 	// "cluster"). Gatekeeper's CRD does not restrict it and its scopeMatch treats it as
 	// matching everything; morph refuses it at load.
 	{"unknown-scope", func(c Case, m morphResult, o oracleResult) bool {
-		return admittedOnlyByGatekeeper(m, o, "spec.match.scope: unknown scope")
+		return admittedOnlyByGatekeeper(m, o, "spec.match.scope: Unsupported value")
 	}},
 	// invalid-selector: a labelSelector or namespaceSelector that does not parse.
 	// Gatekeeper accepts the mutator and fails each request it is matched against;

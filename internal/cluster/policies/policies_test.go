@@ -14,6 +14,8 @@ import (
 	"github.com/morph-dev/morph/internal/cluster/crds"
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // testDialect compiles kind Test of test.morph.dev: spec.error rejects the document
@@ -31,7 +33,7 @@ func (testDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 	for _, d := range docs {
 		spec, _ := d.Object["spec"].(map[string]any)
 		if msg, ok := spec["error"].(string); ok {
-			errs = append(errs, d.Errorf("spec.error", "%s", msg))
+			errs = append(errs, d.Err(field.Invalid(field.NewPath("spec", "error"), field.OmitValueType{}, msg)))
 			continue
 		}
 		if _, ok := spec["unlocated"]; ok {
@@ -81,7 +83,7 @@ func TestCompileIsolated(t *testing.T) {
 		reason, message string
 	}{
 		{false, ReasonCompileError, "something failed somewhere"},
-		{false, ReasonCompileError, `tests.test.morph.dev/b-bad: document 1 (Test "b-bad"): spec.error: no such thing`},
+		{false, ReasonCompileError, `tests.test.morph.dev/b-bad: document 1 (Test "b-bad"): spec.error: Invalid value: no such thing`},
 		{true, ReasonCompiledWithWarnings, `tests.test.morph.dev/c-warned: document 1 (Test "c-warned"): this does nothing`},
 		{true, ReasonCompiled, ""},
 	}

@@ -90,7 +90,7 @@ func TestStatusWriterUnderForeignSchema(t *testing.T) {
 	}
 	if len(fake.Events) != 1 {
 		t.Errorf("%d events, want 1", len(fake.Events))
-	} else if e := <-fake.Events; e != `Warning CompileError tests.test.morph.dev/broken: document 1 (Test "broken"): spec.error: bad field` {
+	} else if e := <-fake.Events; e != `Warning CompileError tests.test.morph.dev/broken: document 1 (Test "broken"): spec.error: Invalid value: bad field` {
 		t.Errorf("event %q", e)
 	}
 }

@@ -52,7 +52,7 @@ type program struct {
 func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSpec) (*program, []error) {
 	compiler, err := plugincel.NewCompositedCompiler(env)
 	if err != nil {
-		return nil, []error{doc.Errorf("", "cannot build the CEL environment: %v", err)}
+		return nil, []error{doc.Invalid("", nil, fmt.Sprintf("cannot build the CEL environment: %v", err))}
 	}
 	opts := plugincel.OptionalVariableDeclarations{HasParams: spec.hasParams, HasAuthorizer: true}
 	var errs []error
@@ -76,12 +76,9 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 		for i := range spec.matchConditions {
 			mc := &spec.matchConditions[i]
 			field := fmt.Sprintf("spec.matchConditions[%d]", i)
-			if mc.Name == "" {
-				errs = append(errs, doc.Errorf(field+".name", "required"))
-			} else if names[mc.Name] {
-				errs = append(errs, doc.Errorf(field+".name", "match condition %q is defined twice", mc.Name))
+			if err := checkMatchConditionName(doc, field, mc.Name, names); err != nil {
+				errs = append(errs, err)
 			}
-			names[mc.Name] = true
 			accessors[i] = (*matchconditions.MatchCondition)(mc)
 			if res := compiler.CompileCELExpression(accessors[i], opts, environment.StoredExpressions); res.Error != nil {
 				errs = append(errs, celError(doc, field+".expression", res.Error))
@@ -93,41 +90,17 @@ func compileProgram(doc policy.Document, env *environment.EnvSet, spec programSp
 	patchOpts := opts
 	patchOpts.HasPatchTypes = true
 	if len(spec.mutations) == 0 {
-		errs = append(errs, doc.Errorf("spec.mutations", "required: give at least one mutation"))
+		errs = append(errs, doc.Required("spec.mutations", "give at least one mutation"))
 	}
 	for i, m := range spec.mutations {
-		field := fmt.Sprintf("spec.mutations[%d]", i)
-		var accessor plugincel.ExpressionAccessor
-		var expr string
-		switch m.PatchType {
-		case admissionv1.PatchTypeApplyConfiguration:
-			if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
-				errs = append(errs, doc.Errorf(field+".applyConfiguration.expression", "required when patchType is ApplyConfiguration"))
-				continue
-			}
-			if m.JSONPatch != nil {
-				errs = append(errs, doc.Errorf(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration"))
-			}
-			expr = m.ApplyConfiguration.Expression
-			accessor = &patch.ApplyConfigurationCondition{Expression: expr}
-			field += ".applyConfiguration.expression"
-		case admissionv1.PatchTypeJSONPatch:
-			if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
-				errs = append(errs, doc.Errorf(field+".jsonPatch.expression", "required when patchType is JSONPatch"))
-				continue
-			}
-			if m.ApplyConfiguration != nil {
-				errs = append(errs, doc.Errorf(field+".applyConfiguration", "must not be given when patchType is JSONPatch"))
-			}
-			expr = m.JSONPatch.Expression
+		expr, field, bad := checkMutation(doc, i, m)
+		errs = append(errs, bad...)
+		if expr == "" {
+			continue
+		}
+		var accessor plugincel.ExpressionAccessor = &patch.ApplyConfigurationCondition{Expression: expr}
+		if m.PatchType == admissionv1.PatchTypeJSONPatch {
 			accessor = &patch.JSONPatchCondition{Expression: expr}
-			field += ".jsonPatch.expression"
-		case "":
-			errs = append(errs, doc.Errorf(field+".patchType", "required: use ApplyConfiguration or JSONPatch"))
-			continue
-		default:
-			errs = append(errs, doc.Errorf(field+".patchType", "%q is not supported: use ApplyConfiguration or JSONPatch", m.PatchType))
-			continue
 		}
 		if res := compiler.CompileCELExpression(accessor, patchOpts, environment.StoredExpressions); res.Error != nil {
 			errs = append(errs, celError(doc, field, res.Error))
@@ -158,10 +131,51 @@ func celError(doc policy.Document, field string, err *apiservercel.Error) error 
 			parts = append(parts, fmt.Sprintf("line %d, column %d: %s", loc.Line(), loc.Column()+1, e.Message))
 		}
 		if len(parts) > 0 {
-			return doc.Errorf(field, "%s", strings.Join(parts, "; "))
+			return doc.Invalid(field, nil, strings.Join(parts, "; "))
 		}
 	}
-	return doc.Errorf(field, "%s", err.Detail)
+	return doc.Invalid(field, nil, err.Detail)
+}
+
+// checkMutation checks mutation i's patchType and expression, as the API server does:
+// it returns the expression and its field, or "" when the mutation cannot be compiled,
+// and the errors found (a stray field of the other patch type does not stop it).
+func checkMutation(doc policy.Document, i int, m admissionv1.Mutation) (expr, at string, errs []error) {
+	field := fmt.Sprintf("spec.mutations[%d]", i)
+	switch m.PatchType {
+	case admissionv1.PatchTypeApplyConfiguration:
+		if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
+			return "", "", []error{doc.Required(field+".applyConfiguration.expression", "patchType ApplyConfiguration needs an expression; give one")}
+		}
+		if m.JSONPatch != nil {
+			errs = append(errs, doc.Forbidden(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration; remove it"))
+		}
+		return m.ApplyConfiguration.Expression, field + ".applyConfiguration.expression", errs
+	case admissionv1.PatchTypeJSONPatch:
+		if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
+			return "", "", []error{doc.Required(field+".jsonPatch.expression", "patchType JSONPatch needs an expression; give one")}
+		}
+		if m.ApplyConfiguration != nil {
+			errs = append(errs, doc.Forbidden(field+".applyConfiguration", "must not be given when patchType is JSONPatch; remove it"))
+		}
+		return m.JSONPatch.Expression, field + ".jsonPatch.expression", errs
+	case "":
+		return "", "", []error{doc.Required(field+".patchType", "use ApplyConfiguration or JSONPatch")}
+	}
+	return "", "", []error{doc.NotSupported(field+".patchType", string(m.PatchType), "ApplyConfiguration", "JSONPatch")}
+}
+
+// checkMatchConditionName checks a match condition's name and records it in seen: every
+// match condition needs a name, used once.
+func checkMatchConditionName(doc policy.Document, field, name string, seen map[string]bool) error {
+	defer func() { seen[name] = true }()
+	switch {
+	case name == "":
+		return doc.Required(field+".name", "give the match condition a name")
+	case seen[name]:
+		return doc.Invalid(field+".name", name, "the match condition is defined twice; give each a name of its own")
+	}
+	return nil
 }
 
 // checkVariable checks a variable's name and expression before it is compiled, and
@@ -169,11 +183,11 @@ func celError(doc policy.Document, field string, err *apiservercel.Error) error 
 func checkVariable(doc policy.Document, field, name, expression string, seen map[string]bool) error {
 	switch {
 	case name == "":
-		return doc.Errorf(field+".name", "required")
+		return doc.Required(field+".name", "give the variable a name")
 	case seen[name]:
-		return doc.Errorf(field+".name", "variable %q is defined twice", name)
+		return doc.Invalid(field+".name", name, "the variable is defined twice; give each a name of its own")
 	case strings.TrimSpace(expression) == "":
-		return doc.Errorf(field+".expression", "required")
+		return doc.Required(field+".expression", "give the variable's CEL expression")
 	}
 	seen[name] = true
 	return nil

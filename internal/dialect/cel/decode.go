@@ -131,14 +131,18 @@ type exceptionDocument struct {
 func decodeInto(doc policy.Document, v any, strict bool) error {
 	raw, err := json.Marshal(doc.Object)
 	if err != nil {
-		return doc.Errorf("", "cannot encode the document: %v", err)
+		return doc.Invalid("", nil, fmt.Sprintf("cannot encode the document: %v", err))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if strict {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return doc.Errorf(fieldOfJSONError(err), "%s", strings.TrimPrefix(err.Error(), "json: "))
+		at, msg := fieldOfJSONError(err), strings.TrimPrefix(err.Error(), "json: ")
+		if strings.HasPrefix(msg, "unknown field ") {
+			return doc.Forbidden(at, "unknown field; remove it or correct its spelling")
+		}
+		return doc.Invalid(at, nil, msg)
 	}
 	return nil
 }
@@ -170,7 +174,7 @@ func checkVersion(doc policy.Document, versions map[string]bool) error {
 		v = v[i+1:]
 	}
 	if !versions[v] {
-		return doc.Errorf("apiVersion", "version %q is not supported: use v1, v1beta1 or v1alpha1", v)
+		return doc.Invalid("apiVersion", doc.APIVersion(), fmt.Sprintf("version %s is not supported; use v1, v1beta1 or v1alpha1", v))
 	}
 	return nil
 }
@@ -209,7 +213,7 @@ func validateMatchResources(doc policy.Document, field string, m *admissionv1.Ma
 	}
 	var errs []error
 	if m.MatchPolicy != nil && *m.MatchPolicy != admissionv1.Exact && *m.MatchPolicy != admissionv1.Equivalent {
-		errs = append(errs, doc.Errorf(field+".matchPolicy", "%q is not supported: use Exact or Equivalent", *m.MatchPolicy))
+		errs = append(errs, doc.NotSupported(field+".matchPolicy", string(*m.MatchPolicy), "Exact", "Equivalent"))
 	}
 	for _, sel := range []struct {
 		name string
@@ -219,7 +223,7 @@ func validateMatchResources(doc policy.Document, field string, m *admissionv1.Ma
 			continue
 		}
 		if _, err := metav1.LabelSelectorAsSelector(sel.s); err != nil {
-			errs = append(errs, doc.Errorf(field+"."+sel.name, "%v", err))
+			errs = append(errs, doc.Invalid(field+"."+sel.name, nil, err.Error()))
 		}
 	}
 	for _, list := range []struct {
@@ -237,38 +241,38 @@ func validateMatchResources(doc policy.Document, field string, m *admissionv1.Ma
 func validateRule(doc policy.Document, field string, r admissionv1.NamedRuleWithOperations, mutating bool) []error {
 	var errs []error
 	if len(r.APIGroups) == 0 {
-		errs = append(errs, doc.Errorf(field+".apiGroups", "required: list the API groups (\"\" is the core group, \"*\" all)"))
+		errs = append(errs, doc.Required(field+".apiGroups", `list the API groups ("" is the core group, "*" all)`))
 	}
 	if len(r.APIVersions) == 0 {
-		errs = append(errs, doc.Errorf(field+".apiVersions", "required: list the API versions (\"*\" for all)"))
+		errs = append(errs, doc.Required(field+".apiVersions", `list the API versions ("*" for all)`))
 	}
 	if len(r.Resources) == 0 {
-		errs = append(errs, doc.Errorf(field+".resources", "required: list the resources, e.g. pods or pods/status"))
+		errs = append(errs, doc.Required(field+".resources", "list the resources, e.g. pods or pods/status"))
 	}
 	for _, res := range r.Resources {
 		if res == "" || strings.Count(res, "/") > 1 {
-			errs = append(errs, doc.Errorf(field+".resources", "%q is not a resource: use resource or resource/subresource", res))
+			errs = append(errs, doc.Invalid(field+".resources", res, "not a resource; use resource or resource/subresource"))
 		}
 	}
 	if len(r.Operations) == 0 {
-		errs = append(errs, doc.Errorf(field+".operations", "required: list CREATE, UPDATE, CONNECT or *"))
+		errs = append(errs, doc.Required(field+".operations", "list CREATE, UPDATE, CONNECT or *"))
 	}
 	for _, op := range r.Operations {
 		switch op {
 		case admissionv1.OperationAll, admissionv1.Create, admissionv1.Update, admissionv1.Connect:
 		case admissionv1.Delete:
 			if mutating {
-				errs = append(errs, doc.Errorf(field+".operations", "DELETE cannot be mutated: use CREATE, UPDATE, CONNECT or *"))
+				errs = append(errs, doc.Invalid(field+".operations", "DELETE", "DELETE cannot be mutated; use CREATE, UPDATE, CONNECT or *"))
 			}
 		default:
-			errs = append(errs, doc.Errorf(field+".operations", "%q is not an operation: use CREATE, UPDATE, CONNECT or *", op))
+			errs = append(errs, doc.NotSupported(field+".operations", string(op), "CREATE", "UPDATE", "CONNECT", "*"))
 		}
 	}
 	if r.Scope != nil {
 		switch *r.Scope {
 		case admissionv1.AllScopes, admissionv1.ClusterScope, admissionv1.NamespacedScope:
 		default:
-			errs = append(errs, doc.Errorf(field+".scope", "%q is not a scope: use Cluster, Namespaced or *", *r.Scope))
+			errs = append(errs, doc.NotSupported(field+".scope", string(*r.Scope), "Cluster", "Namespaced", "*"))
 		}
 	}
 	return errs
@@ -278,10 +282,10 @@ func validateRule(doc policy.Document, field string, r admissionv1.NamedRuleWith
 func validateName(doc policy.Document) error {
 	name := doc.Name()
 	if name == "" {
-		return doc.Errorf("metadata.name", "required")
+		return doc.Required("metadata.name", "name the policy")
 	}
 	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		return doc.Errorf("metadata.name", "%q is not a valid name: %s", name, strings.Join(msgs, "; "))
+		return doc.Invalid("metadata.name", name, strings.Join(msgs, "; "))
 	}
 	return nil
 }
@@ -293,20 +297,20 @@ func validateParamRef(doc policy.Document, field string, p *admissionv1.ParamRef
 	}
 	var errs []error
 	if p.Name != "" && p.Selector != nil {
-		errs = append(errs, doc.Errorf(field, "name and selector are mutually exclusive: give one"))
+		errs = append(errs, doc.Forbidden(field, "name and selector are mutually exclusive; give one"))
 	}
 	if p.Name == "" && p.Selector == nil {
-		errs = append(errs, doc.Errorf(field, "one of name or selector is required"))
+		errs = append(errs, doc.Required(field, "give one of name or selector"))
 	}
 	if p.Selector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(p.Selector); err != nil {
-			errs = append(errs, doc.Errorf(field+".selector", "%v", err))
+			errs = append(errs, doc.Invalid(field+".selector", nil, err.Error()))
 		}
 	}
 	if p.ParameterNotFoundAction == nil {
-		errs = append(errs, doc.Errorf(field+".parameterNotFoundAction", "required: use Allow or Deny"))
+		errs = append(errs, doc.Required(field+".parameterNotFoundAction", "use Allow or Deny"))
 	} else if a := *p.ParameterNotFoundAction; a != admissionv1.AllowAction && a != admissionv1.DenyAction {
-		errs = append(errs, doc.Errorf(field+".parameterNotFoundAction", "%q is not supported: use Allow or Deny", a))
+		errs = append(errs, doc.NotSupported(field+".parameterNotFoundAction", string(a), "Allow", "Deny"))
 	}
 	return errs
 }
@@ -318,10 +322,10 @@ func unimplementedKyvernoFields(doc policy.Document, spec *kyvernoPolicySpec) []
 	var errs []error
 	if ev := spec.Evaluation; ev != nil {
 		if ev.Mode != "" && ev.Mode != "Kubernetes" {
-			errs = append(errs, doc.Errorf("spec.evaluation.mode", "%q is not supported: morph evaluates Kubernetes objects (mode Kubernetes)", ev.Mode))
+			errs = append(errs, doc.Invalid("spec.evaluation.mode", ev.Mode, "morph evaluates Kubernetes objects only; use mode Kubernetes"))
 		}
 		if ev.UseServerSideApply {
-			errs = append(errs, doc.Errorf("spec.evaluation.useServerSideApply", "morph does not implement useServerSideApply yet: remove it to merge apply configurations as the API server's MutatingAdmissionPolicy does"))
+			errs = append(errs, doc.Forbidden("spec.evaluation.useServerSideApply", "morph does not implement useServerSideApply yet; remove it to merge apply configurations as the API server's MutatingAdmissionPolicy does"))
 		}
 	}
 	return errs

@@ -22,8 +22,7 @@ type Options struct {
 	// and GlobalContextEntries. May be nil.
 	Objects *objects.Store
 	// Types finds kind schemas for ApplyConfiguration mutations; nil reads them offline
-	// (client-go's built-in schemas, then CRDs in Objects). In a cluster, pass
-	// TypeConverterManagerSource(patch.NewTypeConverterManager(...)).
+	// (client-go's built-in schemas, then CRDs in Objects).
 	Types TypeConverterSource
 	// Resources answers resource.Get/List; nil answers from Objects.
 	Resources ResourceReader
@@ -136,7 +135,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 				continue
 			}
 			if _, dup := maps[p.Name]; dup {
-				errs = append(errs, doc.Errorf("metadata.name", "a MutatingAdmissionPolicy named %q is already loaded", p.Name))
+				errs = append(errs, doc.Invalid("metadata.name", p.Name, "a MutatingAdmissionPolicy of this name is already loaded; names must be unique"))
 				continue
 			}
 			maps[p.Name] = &mapEntry{doc: doc, policy: p, prog: prog}
@@ -236,7 +235,7 @@ func validateReinvocation(doc policy.Document, p admissionv1.ReinvocationPolicyT
 	case "", admissionv1.NeverReinvocationPolicy, admissionv1.IfNeededReinvocationPolicy:
 		return nil
 	}
-	return doc.Errorf("spec.reinvocationPolicy", "%q is not supported: use Never or IfNeeded", p)
+	return doc.NotSupported("spec.reinvocationPolicy", string(p), "Never", "IfNeeded")
 }
 
 func validateFailurePolicy(doc policy.Document, p **admissionv1.FailurePolicyType) error {
@@ -249,7 +248,7 @@ func validateFailurePolicy(doc policy.Document, p **admissionv1.FailurePolicyTyp
 	case admissionv1.Fail, admissionv1.Ignore:
 		return nil
 	}
-	return doc.Errorf("spec.failurePolicy", "%q is not supported: use Fail or Ignore", **p)
+	return doc.NotSupported("spec.failurePolicy", string(**p), "Fail", "Ignore")
 }
 
 // compileMAP decodes, defaults, validates and compiles a MutatingAdmissionPolicy.
@@ -272,10 +271,10 @@ func (d *dialect) compileMAP(doc policy.Document) (*admissionv1.MutatingAdmissio
 		errs = append(errs, err)
 	}
 	if pk := p.Spec.ParamKind; pk != nil && (pk.APIVersion == "" || pk.Kind == "") {
-		errs = append(errs, doc.Errorf("spec.paramKind", "apiVersion and kind are required"))
+		errs = append(errs, doc.Required("spec.paramKind", "give apiVersion and kind"))
 	}
 	if p.Spec.MatchConstraints == nil || len(p.Spec.MatchConstraints.ResourceRules) == 0 {
-		errs = append(errs, doc.Errorf("spec.matchConstraints.resourceRules", "required: at least one rule says which resources the policy mutates"))
+		errs = append(errs, doc.Required("spec.matchConstraints.resourceRules", "at least one rule says which resources the policy mutates"))
 	} else {
 		defaultMatchResources(p.Spec.MatchConstraints)
 		errs = append(errs, validateMatchResources(doc, "spec.matchConstraints", p.Spec.MatchConstraints, true)...)
@@ -308,7 +307,7 @@ func decodeBinding(doc policy.Document) (*admissionv1.MutatingAdmissionPolicyBin
 		errs = append(errs, err)
 	}
 	if b.Spec.PolicyName == "" {
-		errs = append(errs, doc.Errorf("spec.policyName", "required: name the MutatingAdmissionPolicy to bind"))
+		errs = append(errs, doc.Required("spec.policyName", "name the MutatingAdmissionPolicy to bind"))
 	}
 	if p := b.Spec.ParamRef; p != nil && p.ParameterNotFoundAction == nil && strings.HasSuffix(doc.APIVersion(), "/v1alpha1") {
 		// v1alpha1 defaults it (SetDefaults_ParamRef); v1beta1 and v1 require it.
@@ -344,7 +343,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 	}
 	namespaced := doc.Kind() == kindNamespacedMutating
 	if namespaced && doc.Namespace() == "" {
-		errs = append(errs, doc.Errorf("metadata.namespace", "required: a NamespacedMutatingPolicy mutates the objects of its namespace"))
+		errs = append(errs, doc.Required("metadata.namespace", "a NamespacedMutatingPolicy mutates the objects of its namespace; give it"))
 	}
 	if err := validateFailurePolicy(doc, &spec.FailurePolicy); err != nil {
 		errs = append(errs, err)
@@ -357,7 +356,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		errs = append(errs, err)
 	}
 	if spec.MatchConstraints == nil || len(spec.MatchConstraints.ResourceRules) == 0 {
-		errs = append(errs, doc.Errorf("spec.matchConstraints.resourceRules", "required: at least one rule says which resources the policy mutates"))
+		errs = append(errs, doc.Required("spec.matchConstraints.resourceRules", "at least one rule says which resources the policy mutates"))
 	} else {
 		defaultMatchResources(spec.MatchConstraints)
 		// DELETE is accepted: Kyverno uses it as the trigger of mutateExisting.
@@ -395,7 +394,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 	if tc := spec.TargetMatchConstraints; tc != nil {
 		t := &tc.MatchResources
 		if len(t.ResourceRules) == 0 && tc.Expression == "" {
-			errs = append(errs, doc.Errorf("spec.targetMatchConstraints.resourceRules", "required: at least one rule (or an expression) says which existing resources the policy mutates"))
+			errs = append(errs, doc.Required("spec.targetMatchConstraints.resourceRules", "at least one rule (or an expression) says which existing resources the policy mutates"))
 		}
 		defaultMatchResources(t)
 		errs = append(errs, validateMatchResources(doc, "spec.targetMatchConstraints", t, false)...)
@@ -410,7 +409,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 
 	if wc := spec.WebhookConfiguration; wc != nil && wc.TimeoutSeconds != nil {
 		if s := *wc.TimeoutSeconds; s < 1 || s > 30 {
-			errs = append(errs, doc.Errorf("spec.webhookConfiguration.timeoutSeconds", "%d is out of range: use 1 to 30 seconds", s))
+			errs = append(errs, doc.Invalid("spec.webhookConfiguration.timeoutSeconds", int64(s), "out of range; use 1 to 30 seconds"))
 		} else {
 			m.timeout = time.Duration(s) * time.Second
 		}
@@ -425,7 +424,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		}
 		cs, err := parseControllers(names)
 		if err != nil {
-			errs = append(errs, doc.Errorf("spec.autogen.podControllers.controllers", "%v", err))
+			errs = append(errs, doc.Invalid("spec.autogen.podControllers.controllers", nil, err.Error()))
 		}
 		m.controllers = cs
 	}

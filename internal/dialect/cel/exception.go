@@ -67,17 +67,17 @@ func (d *dialect) compileException(doc policy.Document) (*exception, []error) {
 		ex.expiresAt = obj.Spec.ExpiresAt.Time
 	}
 	if len(obj.Spec.PolicyRefs) == 0 {
-		errs = append(errs, doc.Errorf("spec.policyRefs", "required: name the policies the exception applies to"))
+		errs = append(errs, doc.Required("spec.policyRefs", "name the policies the exception applies to"))
 	}
 	for i, r := range obj.Spec.PolicyRefs {
 		if r.Name == "" {
-			errs = append(errs, doc.Errorf(fmt.Sprintf("spec.policyRefs[%d].name", i), "required"))
+			errs = append(errs, doc.Required(fmt.Sprintf("spec.policyRefs[%d].name", i), "name the policy"))
 		}
 		ex.refs = append(ex.refs, policyRef{name: r.Name, kind: r.Kind})
 	}
 	for i, mc := range obj.Spec.MatchConditions {
 		if mc.Name == "" {
-			errs = append(errs, doc.Errorf(fmt.Sprintf("spec.matchConditions[%d].name", i), "required"))
+			errs = append(errs, doc.Required(fmt.Sprintf("spec.matchConditions[%d].name", i), "give the match condition a name"))
 		}
 	}
 	// The conditions compile in the environment of each policy the exception names

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // kyvernoLibraries finds the uses of what only Kyverno's CEL environment has in an
@@ -74,8 +76,8 @@ func generateOne(d *dialect, doc policy.Document, exception string) ([]map[strin
 		return nil, nil, err
 	}
 	spec := obj.Spec
-	cannot := func(field, feature string) error {
-		return doc.Errorf(field, "%s exists only in Kyverno: a MutatingAdmissionPolicy cannot express it", feature)
+	cannot := func(at, feature string) error {
+		return doc.Err(field.Forbidden(field.NewPath(at), feature+" exists only in Kyverno; a MutatingAdmissionPolicy cannot express it"))
 	}
 	switch {
 	case doc.Kind() == kindNamespacedMutating:
@@ -165,7 +167,7 @@ func generateOne(d *dialect, doc policy.Document, exception string) ([]map[strin
 	for _, o := range []any{&mapObj, &binding} {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
-			return nil, nil, doc.Errorf("", "cannot encode the generated policy: %v", err)
+			return nil, nil, doc.Wrap(nil, nil, fmt.Errorf("cannot encode the generated policy: %w", err))
 		}
 		md, _ := u["metadata"].(map[string]any)
 		delete(md, "creationTimestamp")

@@ -32,16 +32,16 @@ func TestKyvernoFields(t *testing.T) {
 		name, ops, extra, wantErr string
 	}{
 		{name: "known fields", ops: `["CREATE"]`, extra: "  auditAnnotations:\n  - key: k\n    valueExpression: '\"v\"'\n  evaluation:\n    background:\n      enabled: false\n    mode: Kubernetes\n"},
-		{name: "unknown field", ops: `["CREATE"]`, extra: "  mutationz: []\n", wantErr: `unknown field "mutationz"`},
-		{name: "unknown nested field", ops: `["CREATE"]`, extra: "  evaluation:\n    admision:\n      enabled: true\n", wantErr: `unknown field "admision"`},
+		{name: "unknown field", ops: `["CREATE"]`, extra: "  mutationz: []\n", wantErr: `mutationz: Forbidden: unknown field; remove it or correct its spelling`},
+		{name: "unknown nested field", ops: `["CREATE"]`, extra: "  evaluation:\n    admision:\n      enabled: true\n", wantErr: `admision: Forbidden: unknown field`},
 		{name: "targetMatchConditions", ops: `["CREATE"]`, extra: "  targetMatchConditions:\n  - name: x\n    expression: \"true\"\n"},
-		{name: "targetMatchConditions not bool", ops: `["CREATE"]`, extra: "  targetMatchConditions:\n  - name: x\n    expression: \"1\"\n", wantErr: "spec.targetMatchConditions[0].expression: output is expected to be of type bool"},
+		{name: "targetMatchConditions not bool", ops: `["CREATE"]`, extra: "  targetMatchConditions:\n  - name: x\n    expression: \"1\"\n", wantErr: "spec.targetMatchConditions[0].expression: Invalid value: output is expected to be of type bool"},
 		{name: "targetMatchConstraints.expression", ops: `["CREATE"]`, extra: "  targetMatchConstraints:\n    expression: 'resource.List(\"v1\", \"configmaps\", \"\")'\n    resourceRules:\n    - apiGroups: [\"\"]\n      apiVersions: [\"v1\"]\n      resources: [\"pods\"]\n      operations: [\"*\"]\n"},
-		{name: "targetMatchConstraints.expression not a map", ops: `["CREATE"]`, extra: "  targetMatchConstraints:\n    expression: '[1]'\n", wantErr: "spec.targetMatchConstraints.expression: output is expected to be of type map"},
-		{name: "targetMatchConstraints without rules or expression", ops: `["CREATE"]`, extra: "  targetMatchConstraints:\n    objectSelector: {}\n", wantErr: "spec.targetMatchConstraints.resourceRules: required"},
-		{name: "useServerSideApply", ops: `["CREATE"]`, extra: "  evaluation:\n    useServerSideApply: true\n", wantErr: "spec.evaluation.useServerSideApply: morph does not implement useServerSideApply"},
-		{name: "JSON mode", ops: `["CREATE"]`, extra: "  evaluation:\n    mode: JSON\n", wantErr: `spec.evaluation.mode: "JSON" is not supported`},
-		{name: "audit annotation error", ops: `["CREATE"]`, extra: "  auditAnnotations:\n  - key: k\n    valueExpression: '1'\n", wantErr: "spec.auditAnnotations[0].valueExpression: output is expected to be of type string or null"},
+		{name: "targetMatchConstraints.expression not a map", ops: `["CREATE"]`, extra: "  targetMatchConstraints:\n    expression: '[1]'\n", wantErr: "spec.targetMatchConstraints.expression: Invalid value: output is expected to be of type map"},
+		{name: "targetMatchConstraints without rules or expression", ops: `["CREATE"]`, extra: "  targetMatchConstraints:\n    objectSelector: {}\n", wantErr: "spec.targetMatchConstraints.resourceRules: Required value"},
+		{name: "useServerSideApply", ops: `["CREATE"]`, extra: "  evaluation:\n    useServerSideApply: true\n", wantErr: "spec.evaluation.useServerSideApply: Forbidden: morph does not implement useServerSideApply"},
+		{name: "JSON mode", ops: `["CREATE"]`, extra: "  evaluation:\n    mode: JSON\n", wantErr: `spec.evaluation.mode: Invalid value: "JSON": morph evaluates Kubernetes objects only; use mode Kubernetes`},
+		{name: "audit annotation error", ops: `["CREATE"]`, extra: "  auditAnnotations:\n  - key: k\n    valueExpression: '1'\n", wantErr: "spec.auditAnnotations[0].valueExpression: Invalid value: output is expected to be of type string or null"},
 		{name: "DELETE accepted", ops: `["CREATE", "DELETE"]`},
 	}
 	for _, tt := range tests {
@@ -97,8 +97,8 @@ spec:
 func TestParamRefDefaults(t *testing.T) {
 	for _, tt := range []struct{ version, wantErr string }{
 		{"v1alpha1", ""},
-		{"v1beta1", "parameterNotFoundAction: required"},
-		{"v1", "parameterNotFoundAction: required"},
+		{"v1beta1", "parameterNotFoundAction: Required value: use Allow or Deny"},
+		{"v1", "parameterNotFoundAction: Required value: use Allow or Deny"},
 	} {
 		src := "apiVersion: admissionregistration.k8s.io/" + tt.version + "\nkind: MutatingAdmissionPolicyBinding\nmetadata:\n  name: b\nspec:\n  policyName: m\n  paramRef:\n    name: x\n"
 		docs, err := policy.Decode("policy.yaml", []byte(src))

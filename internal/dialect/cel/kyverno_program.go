@@ -79,7 +79,7 @@ var nondeterministicFunctions = []string{"random", "random.random", "time.now"}
 func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace string, spec programSpec) (*kyvernoProgram, []error) {
 	env, vars, err := newKyvernoEnv(hosts, namespace)
 	if err != nil {
-		return nil, []error{doc.Errorf("", "cannot build Kyverno's CEL environment: %v", err)}
+		return nil, []error{doc.Invalid("", nil, fmt.Sprintf("cannot build Kyverno's CEL environment: %v", err))}
 	}
 	p := &kyvernoProgram{}
 	var errs []error
@@ -91,7 +91,7 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 			return nil
 		}
 		if want != nil && !ast.OutputType().IsExactType(want) {
-			errs = append(errs, doc.Errorf(field, "output is expected to be of type %s, not %s", want, ast.OutputType()))
+			errs = append(errs, doc.Invalid(field, nil, fmt.Sprintf("output is expected to be of type %s, not %s", want, ast.OutputType())))
 			return nil
 		}
 		for _, name := range calledFunctions(ast) {
@@ -99,7 +99,7 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 		}
 		prog, err := env.Program(ast, programOptions...)
 		if err != nil {
-			errs = append(errs, doc.Errorf(field, "%v", err))
+			errs = append(errs, doc.Invalid(field, nil, err.Error()))
 			return nil
 		}
 		return prog
@@ -122,7 +122,7 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 		}
 		prog, err := env.Program(ast, programOptions...)
 		if err != nil {
-			errs = append(errs, doc.Errorf(field+".expression", "%v", err))
+			errs = append(errs, doc.Invalid(field+".expression", nil, err.Error()))
 			continue
 		}
 		p.variables = append(p.variables, kyvernoVariable{name: v.Name, prog: prog})
@@ -130,12 +130,9 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 	names := map[string]bool{}
 	for i, mc := range spec.matchConditions {
 		field := fmt.Sprintf("spec.matchConditions[%d]", i)
-		if mc.Name == "" {
-			errs = append(errs, doc.Errorf(field+".name", "required"))
-		} else if names[mc.Name] {
-			errs = append(errs, doc.Errorf(field+".name", "match condition %q is defined twice", mc.Name))
+		if err := checkMatchConditionName(doc, field, mc.Name, names); err != nil {
+			errs = append(errs, err)
 		}
-		names[mc.Name] = true
 		if prog := compile(field+".expression", mc.Expression, celgo.BoolType); prog != nil {
 			p.matchConditions = append(p.matchConditions, kyvernoCondition{name: mc.Name, prog: prog})
 		}
@@ -143,12 +140,9 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 	names = map[string]bool{}
 	for i, mc := range spec.targetMatchConditions {
 		field := fmt.Sprintf("spec.targetMatchConditions[%d]", i)
-		if mc.Name == "" {
-			errs = append(errs, doc.Errorf(field+".name", "required"))
-		} else if names[mc.Name] {
-			errs = append(errs, doc.Errorf(field+".name", "target match condition %q is defined twice", mc.Name))
+		if err := checkMatchConditionName(doc, field, mc.Name, names); err != nil {
+			errs = append(errs, err)
 		}
-		names[mc.Name] = true
 		if prog := compile(field+".expression", mc.Expression, celgo.BoolType); prog != nil {
 			p.targetMatchConditions = append(p.targetMatchConditions, kyvernoCondition{name: mc.Name, prog: prog})
 		}
@@ -160,39 +154,21 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 		p.targetExpression = compile("spec.targetMatchConstraints.expression", spec.targetExpression, celgo.MapType(celgo.StringType, celgo.AnyType))
 	}
 	if len(spec.mutations) == 0 {
-		errs = append(errs, doc.Errorf("spec.mutations", "required: give at least one mutation"))
+		errs = append(errs, doc.Required("spec.mutations", "give at least one mutation"))
 	}
 	for i, m := range spec.mutations {
-		field := fmt.Sprintf("spec.mutations[%d]", i)
-		switch m.PatchType {
-		case admissionv1.PatchTypeApplyConfiguration:
-			if m.ApplyConfiguration == nil || strings.TrimSpace(m.ApplyConfiguration.Expression) == "" {
-				errs = append(errs, doc.Errorf(field+".applyConfiguration.expression", "required when patchType is ApplyConfiguration"))
-				continue
-			}
-			if m.JSONPatch != nil {
-				errs = append(errs, doc.Errorf(field+".jsonPatch", "must not be given when patchType is ApplyConfiguration"))
-			}
-			expr := m.ApplyConfiguration.Expression
-			if prog := compile(field+".applyConfiguration.expression", expr, applyConfigType); prog != nil {
-				p.mutations = append(p.mutations, kyvernoMutation{applyConfig: true, prog: prog, expression: expr})
-			}
-		case admissionv1.PatchTypeJSONPatch:
-			if m.JSONPatch == nil || strings.TrimSpace(m.JSONPatch.Expression) == "" {
-				errs = append(errs, doc.Errorf(field+".jsonPatch.expression", "required when patchType is JSONPatch"))
-				continue
-			}
-			if m.ApplyConfiguration != nil {
-				errs = append(errs, doc.Errorf(field+".applyConfiguration", "must not be given when patchType is JSONPatch"))
-			}
-			expr := m.JSONPatch.Expression
-			if prog := compile(field+".jsonPatch.expression", expr, celgo.ListType(jsonPatchType)); prog != nil {
-				p.mutations = append(p.mutations, kyvernoMutation{prog: prog, expression: expr})
-			}
-		case "":
-			errs = append(errs, doc.Errorf(field+".patchType", "required: use ApplyConfiguration or JSONPatch"))
-		default:
-			errs = append(errs, doc.Errorf(field+".patchType", "%q is not supported: use ApplyConfiguration or JSONPatch", m.PatchType))
+		expr, field, bad := checkMutation(doc, i, m)
+		errs = append(errs, bad...)
+		if expr == "" {
+			continue
+		}
+		applyConfig := m.PatchType == admissionv1.PatchTypeApplyConfiguration
+		want := celgo.ListType(jsonPatchType)
+		if applyConfig {
+			want = applyConfigType
+		}
+		if prog := compile(field, expr, want); prog != nil {
+			p.mutations = append(p.mutations, kyvernoMutation{applyConfig: applyConfig, prog: prog, expression: expr})
 		}
 	}
 	for i, a := range spec.auditAnnotations {
@@ -202,7 +178,7 @@ func compileKyvernoProgram(doc policy.Document, hosts kyvernoHosts, namespace st
 		if iss.Err() != nil {
 			errs = append(errs, issuesError(doc, field, iss))
 		} else if t := ast.OutputType(); !t.IsExactType(celgo.StringType) && !t.IsExactType(celgo.NullType) {
-			errs = append(errs, doc.Errorf(field, "output is expected to be of type string or null, not %s", t))
+			errs = append(errs, doc.Invalid(field, nil, fmt.Sprintf("output is expected to be of type string or null, not %s", t)))
 		}
 	}
 	for _, name := range nondeterministicFunctions {
@@ -224,7 +200,7 @@ func compileKyvernoConditions(doc policy.Document, hosts kyvernoHosts, namespace
 	}
 	env, _, err := newKyvernoEnv(hosts, namespace)
 	if err != nil {
-		return nil, []error{doc.Errorf("", "cannot build Kyverno's CEL environment: %v", err)}
+		return nil, []error{doc.Invalid("", nil, fmt.Sprintf("cannot build Kyverno's CEL environment: %v", err))}
 	}
 	var out []kyvernoCondition
 	var errs []error
@@ -236,12 +212,12 @@ func compileKyvernoConditions(doc policy.Document, hosts kyvernoHosts, namespace
 			continue
 		}
 		if !ast.OutputType().IsExactType(celgo.BoolType) {
-			errs = append(errs, doc.Errorf(f, "output is expected to be of type bool, not %s", ast.OutputType()))
+			errs = append(errs, doc.Invalid(f, nil, fmt.Sprintf("output is expected to be of type bool, not %s", ast.OutputType())))
 			continue
 		}
 		prog, err := env.Program(ast, programOptions...)
 		if err != nil {
-			errs = append(errs, doc.Errorf(f, "%v", err))
+			errs = append(errs, doc.Invalid(f, nil, err.Error()))
 			continue
 		}
 		out = append(out, kyvernoCondition{name: mc.Name, prog: prog})
@@ -258,9 +234,9 @@ func issuesError(doc policy.Document, field string, iss *celgo.Issues) error {
 		parts = append(parts, fmt.Sprintf("line %d, column %d: %s", loc.Line(), loc.Column()+1, e.Message))
 	}
 	if len(parts) == 0 {
-		return doc.Errorf(field, "%v", iss.Err())
+		return doc.Invalid(field, nil, iss.Err().Error())
 	}
-	return doc.Errorf(field, "%s", strings.Join(parts, "; "))
+	return doc.Invalid(field, nil, strings.Join(parts, "; "))
 }
 
 // calledFunctions lists the functions an expression calls (member calls by their name,

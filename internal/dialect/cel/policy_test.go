@@ -66,42 +66,42 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "timeout out of range",
 			doc:  strings.Replace(kyvernoDoc("MutatingPolicy", "p", "", "0"), "spec:\n", "spec:\n  webhookConfiguration:\n    timeoutSeconds: 31\n", 1),
-			want: `policy.yaml: document 1 (MutatingPolicy "p"): spec.webhookConfiguration.timeoutSeconds: 31 is out of range: use 1 to 30 seconds`,
+			want: `policy.yaml: document 1 (MutatingPolicy "p"): spec.webhookConfiguration.timeoutSeconds: Invalid value: 31: out of range; use 1 to 30 seconds`,
 		},
 		{
 			name: "bad order",
 			doc:  kyvernoDoc("MutatingPolicy", "p", "", "first"),
-			want: `metadata.annotations[morph.dev/order]: "first" is not a whole number`,
+			want: `metadata.annotations[morph.dev/order]: Invalid value: "first": not a whole number; give one such as "10"`,
 		},
 		{
 			name: "namespaced without namespace",
 			doc:  kyvernoDoc("NamespacedMutatingPolicy", "p", "", "0"),
-			want: `metadata.namespace: required`,
+			want: `metadata.namespace: Required value: a NamespacedMutatingPolicy mutates the objects of its namespace; give it`,
 		},
 		{
 			name: "unknown controller",
 			doc:  strings.Replace(kyvernoDoc("MutatingPolicy", "p", "", "0"), "spec:\n", "spec:\n  autogen:\n    podControllers:\n      controllers: [pods]\n", 1),
-			want: `spec.autogen.podControllers.controllers: "pods" is not a pod controller`,
+			want: `spec.autogen.podControllers.controllers: Invalid value: "pods" is not a pod controller`,
 		},
 		{
 			name: "unsupported version",
 			doc:  strings.Replace(kyvernoDoc("MutatingPolicy", "p", "", "0"), "v1alpha1", "v2", 1),
-			want: `apiVersion: version "v2" is not supported`,
+			want: `apiVersion: Invalid value: "policies.kyverno.io/v2": version v2 is not supported; use v1, v1beta1 or v1alpha1`,
 		},
 		{
 			name: "unknown field in a MutatingAdmissionPolicy",
 			doc:  "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\nmetadata:\n  name: m\nspec:\n  mutatons: []\n",
-			want: `unknown field "mutatons"`,
+			want: `mutatons: Forbidden: unknown field; remove it or correct its spelling`,
 		},
 		{
 			name: "binding paramRef",
 			doc:  "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata:\n  name: b\nspec:\n  policyName: m\n  paramRef:\n    name: x\n",
-			want: `spec.paramRef.parameterNotFoundAction: required: use Allow or Deny`,
+			want: `spec.paramRef.parameterNotFoundAction: Required value: use Allow or Deny`,
 		},
 		{
 			name: "exception condition",
 			doc:  "apiVersion: policies.kyverno.io/v1alpha1\nkind: PolicyException\nmetadata:\n  name: e\nspec:\n  policyRefs: [{name: p, kind: MutatingPolicy}]\n  matchConditions:\n  - name: c\n    expression: object.metadata.name ==\n",
-			want: `spec.matchConditions[0].expression: line 1, column 24: Syntax error`,
+			want: `spec.matchConditions[0].expression: Invalid value: line 1, column 24: Syntax error`,
 		},
 	}
 	for _, tt := range tests {

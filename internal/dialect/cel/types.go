@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/client-go/applyconfigurations"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -22,22 +21,6 @@ import (
 // need to merge (as server-side apply does).
 type TypeConverterSource interface {
 	TypeConverter(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error)
-}
-
-// TypeConverterManagerSource adapts the API server's TypeConverterManager (built with
-// patch.NewTypeConverterManager on a cluster's /openapi/v3) to a TypeConverterSource. The
-// caller runs the manager.
-func TypeConverterManagerSource(m patch.TypeConverterManager) TypeConverterSource {
-	return managerSource{m}
-}
-
-type managerSource struct{ m patch.TypeConverterManager }
-
-func (s managerSource) TypeConverter(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error) {
-	if tc := s.m.GetTypeConverter(gvk); tc != nil {
-		return tc, nil
-	}
-	return nil, fmt.Errorf("no schema for %s: the API server does not publish one (yet)", gvk)
 }
 
 // offlineTypes finds schemas offline: the built-in kinds from client-go's own schemas,

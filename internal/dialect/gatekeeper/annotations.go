@@ -25,12 +25,12 @@ type annotationFinalizer struct {
 	names map[engine.ID]string
 }
 
-func newAnnotationFinalizer(ms []*mutator) (*annotationFinalizer, error) {
+func newAnnotationFinalizer(ms []*mutator) *annotationFinalizer {
 	f := &annotationFinalizer{names: make(map[engine.ID]string, len(ms))}
 	for _, m := range ms {
 		f.names[m.id] = m.annotationName()
 	}
-	return f, nil
+	return f
 }
 
 // Name names the finalizer in traces.

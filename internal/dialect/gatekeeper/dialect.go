@@ -14,7 +14,6 @@ package gatekeeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -23,6 +22,8 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 const dialectName = "gatekeeper"
@@ -98,7 +99,7 @@ func (d *Dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			continue
 		}
 		if prev, dup := c.providers[p.name]; dup {
-			errs = append(errs, doc.Errorf("metadata.name", "another provider is named %q (%s): names must be unique", p.name, prev.doc.Where()))
+			errs = append(errs, doc.Err(policy.Duplicate(field.NewPath("metadata", "name"), p.name, fmt.Sprintf("another Provider has this name (%s); names must be unique", prev.doc.Where()))))
 			continue
 		}
 		c.providers[p.name] = p
@@ -116,7 +117,7 @@ func (d *Dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 		}
 		key := engine.ID{Dialect: dialectName, Kind: m.id.Kind, Name: m.id.Name}
 		if prev, dup := seen[key]; dup {
-			errs = append(errs, doc.Errorf("metadata.name", "another %s is named %q (%s): names must be unique", m.id.Kind, m.id.Name, prev.doc.Where()))
+			errs = append(errs, doc.Err(policy.Duplicate(field.NewPath("metadata", "name"), m.id.Name, fmt.Sprintf("another %s has this name (%s); names must be unique", m.id.Kind, prev.doc.Where()))))
 			continue
 		}
 		seen[key] = m
@@ -137,15 +138,11 @@ func (d *Dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 		b.Finalizers = append(b.Finalizers, finalizer(f.Name(), f.Finalize))
 	}
 	if d.opts.MutationAnnotations && len(kept) > 0 {
-		f, err := newAnnotationFinalizer(kept)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("mutation annotations: %w", err))
-		} else {
-			b.Finalizers = append(b.Finalizers, finalizer(f.Name(), f.Finalize))
-		}
+		f := newAnnotationFinalizer(kept)
+		b.Finalizers = append(b.Finalizers, finalizer(f.Name(), f.Finalize))
 	}
 	slices.SortStableFunc(b.Mutators, func(x, y engine.Mutator) int { return x.ID.Compare(y.ID) })
-	return b, errors.Join(errs...)
+	return b, policy.JoinDocuments(errs...)
 }
 
 // finalizer makes an engine.Finalizer of a finalize method that returns its warnings.

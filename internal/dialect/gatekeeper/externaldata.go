@@ -21,6 +21,8 @@ import (
 
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // The external data wire format (Gatekeeper's ProviderRequest and ProviderResponse).
@@ -67,52 +69,53 @@ type provider struct {
 
 func (c *compiler) compileProvider(doc policy.Document) (*provider, error) {
 	f := fields{doc: doc}
-	if err := f.known(doc.Object, "", "apiVersion", "kind", "metadata", "spec", "status"); err != nil {
+	if err := f.known(doc.Object, nil, "apiVersion", "kind", "metadata", "spec", "status"); err != nil {
 		return nil, err
 	}
 	p := &provider{doc: doc, name: doc.Name(), timeout: defaultProviderTimeout}
 	if p.name == "" {
-		return nil, f.errorf("metadata.name", "required: name the provider")
+		return nil, f.fail(field.Required(field.NewPath("metadata", "name"), "name the provider"))
 	}
-	spec, err := f.object(doc.Object["spec"], "spec")
+	at := field.NewPath("spec")
+	spec, err := f.object(doc.Object["spec"], at)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.known(spec, "spec", "url", "timeout", "caBundle"); err != nil {
+	if err := f.known(spec, at, "url", "timeout", "caBundle"); err != nil {
 		return nil, err
 	}
-	if p.url, err = f.str(spec["url"], "spec.url"); err != nil {
+	if p.url, err = f.str(spec["url"], at.Child("url")); err != nil {
 		return nil, err
 	}
 	u, err := url.Parse(p.url)
 	if err != nil || u.Host == "" {
-		return nil, f.errorf("spec.url", "%q is not a URL such as https://provider.svc:8443/lookup", p.url)
+		return nil, f.fail(field.Invalid(at.Child("url"), p.url, "not a URL; give one such as https://provider.svc:8443/lookup"))
 	}
 	if u.Scheme != "https" {
-		return nil, f.errorf("spec.url", "%q: providers must be reached over https", p.url)
+		return nil, f.fail(field.Invalid(at.Child("url"), p.url, "providers must be reached over https; give an https:// URL"))
 	}
 	switch t := spec["timeout"].(type) {
 	case nil:
 	case int64:
 		if t <= 0 || time.Duration(t)*time.Second > maxProviderTimeout {
-			return nil, f.errorf("spec.timeout", "%d: give a number of seconds from 1 to %d", t, int(maxProviderTimeout/time.Second))
+			return nil, f.fail(field.Invalid(at.Child("timeout"), t, fmt.Sprintf("out of range; give a number of seconds from 1 to %d", int(maxProviderTimeout/time.Second))))
 		}
 		p.timeout = time.Duration(t) * time.Second
 	default:
-		return nil, f.errorf("spec.timeout", "expected a whole number of seconds, found %s", describe(t))
+		return nil, f.fail(policy.WrongType(at.Child("timeout"), t, "a whole number of seconds"))
 	}
-	ca, err := f.str(spec["caBundle"], "spec.caBundle")
+	ca, err := f.str(spec["caBundle"], at.Child("caBundle"))
 	if err != nil {
 		return nil, err
 	}
 	if ca != "" {
 		pem, err := base64.StdEncoding.DecodeString(strings.TrimSpace(ca))
 		if err != nil {
-			return nil, f.errorf("spec.caBundle", "not base64: %v (encode the PEM certificates with base64)", err)
+			return nil, f.fail(field.Invalid(at.Child("caBundle"), field.OmitValueType{}, fmt.Sprintf("not base64 (%v); encode the PEM certificates with base64", err)))
 		}
 		p.roots = x509.NewCertPool()
 		if !p.roots.AppendCertsFromPEM(pem) {
-			return nil, f.errorf("spec.caBundle", "holds no PEM certificate")
+			return nil, f.fail(field.Invalid(at.Child("caBundle"), field.OmitValueType{}, "holds no PEM certificate; give the base64 of the PEM certificates that sign the provider's certificate"))
 		}
 	}
 	return p, nil
@@ -139,51 +142,51 @@ type externalRef struct {
 }
 
 func (c *compiler) parseExternal(f fields, m *mutator, v any) (*externalRef, error) {
-	const field = "spec.parameters.assign.externalData"
+	at := paramsPath.Child("assign", "externalData")
 	if !c.opts.AllowExternalData {
-		return nil, f.errorf(field, "external data is disabled: pass --allow-external-data to let mutators call providers")
+		return nil, f.fail(field.Forbidden(at, "external data is disabled; pass --allow-external-data to let mutators call providers"))
 	}
-	e, err := f.object(v, field)
+	e, err := f.object(v, at)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.known(e, field, "provider", "dataSource", "failurePolicy", "default"); err != nil {
+	if err := f.known(e, at, "provider", "dataSource", "failurePolicy", "default"); err != nil {
 		return nil, err
 	}
 	marker, err := newMarker()
 	if err != nil {
-		return nil, err
+		return nil, f.fail(field.InternalError(at, err))
 	}
 	r := &externalRef{index: len(c.refs), marker: marker, id: m.id, source: sourceValueAtLocation, failure: failFail}
-	name, err := f.str(e["provider"], field+".provider")
+	name, err := f.str(e["provider"], at.Child("provider"))
 	if err != nil {
 		return nil, err
 	}
 	if r.provider = c.providers[name]; r.provider == nil {
-		return nil, f.errorf(field+".provider", "no provider named %q: add its externaldata.gatekeeper.sh Provider to the policies", name)
+		return nil, f.fail(field.Invalid(at.Child("provider"), name, "no provider has this name; add its externaldata.gatekeeper.sh Provider to the policies"))
 	}
-	if s, err := f.str(e["dataSource"], field+".dataSource"); err != nil {
+	if s, err := f.str(e["dataSource"], at.Child("dataSource")); err != nil {
 		return nil, err
 	} else if s != "" {
 		if s != sourceValueAtLocation && s != sourceUsername {
-			return nil, f.errorf(field+".dataSource", "%q: use ValueAtLocation or Username", s)
+			return nil, f.fail(field.NotSupported(at.Child("dataSource"), s, []string{sourceValueAtLocation, sourceUsername}))
 		}
 		r.source = s
 	}
-	if s, err := f.str(e["failurePolicy"], field+".failurePolicy"); err != nil {
+	if s, err := f.str(e["failurePolicy"], at.Child("failurePolicy")); err != nil {
 		return nil, err
 	} else if s != "" {
 		if s != failFail && s != failIgnore && s != failUseDefault {
-			return nil, f.errorf(field+".failurePolicy", "%q: use Fail, Ignore or UseDefault", s)
+			return nil, f.fail(field.NotSupported(at.Child("failurePolicy"), s, []string{failFail, failIgnore, failUseDefault}))
 		}
 		r.failure = s
 	}
 	_, hasDefault := e["default"]
-	if r.def, err = f.str(e["default"], field+".default"); err != nil {
+	if r.def, err = f.str(e["default"], at.Child("default")); err != nil {
 		return nil, err
 	}
 	if r.failure == failUseDefault && !hasDefault {
-		return nil, f.errorf(field+".default", "required with failurePolicy UseDefault")
+		return nil, f.fail(field.Required(at.Child("default"), "failurePolicy UseDefault needs a default; give one"))
 	}
 	c.refs = append(c.refs, r)
 	return r, nil

@@ -159,10 +159,10 @@ func TestExternalData(t *testing.T) {
 func TestExternalDataCompile(t *testing.T) {
 	_, _, ca := startProvider(t)
 	for _, tc := range []struct{ name, policy, want string }{
-		{"http", externalPolicy("http://127.0.0.1:1/x", ca, "Fail"), "spec.url: \"http://127.0.0.1:1/x\": providers must be reached over https"},
-		{"bad ca", externalPolicy("https://127.0.0.1:1/x", "bm90IHBlbQ==", "Fail"), "spec.caBundle: holds no PEM certificate"},
-		{"failure policy", externalPolicy("https://127.0.0.1:1/x", ca, "Retry"), "failurePolicy: \"Retry\""},
-		{"unknown provider", strings.Replace(externalPolicy("https://127.0.0.1:1/x", ca, "Fail"), "provider: mirror", "provider: other", 1), `no provider named "other"`},
+		{"http", externalPolicy("http://127.0.0.1:1/x", ca, "Fail"), `spec.url: Invalid value: "http://127.0.0.1:1/x": providers must be reached over https; give an https:// URL`},
+		{"bad ca", externalPolicy("https://127.0.0.1:1/x", "bm90IHBlbQ==", "Fail"), "spec.caBundle: Invalid value: holds no PEM certificate; give"},
+		{"failure policy", externalPolicy("https://127.0.0.1:1/x", ca, "Retry"), `failurePolicy: Unsupported value: "Retry": supported values: "Fail", "Ignore", "UseDefault"`},
+		{"unknown provider", strings.Replace(externalPolicy("https://127.0.0.1:1/x", ca, "Fail"), "provider: mirror", "provider: other", 1), `spec.parameters.assign.externalData.provider: Invalid value: "other": no provider has this name; add its externaldata.gatekeeper.sh Provider`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := compile(t, Options{AllowExternalData: true}, tc.policy)

@@ -2,94 +2,81 @@ package gatekeeper
 
 import (
 	"fmt"
-	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/morph-dev/morph/internal/policy"
 )
 
-// fields reads a decoded policy document strictly: every error names the field, and a
-// field the dialect does not know is an error, so that typos never go unnoticed.
+// fields reads a decoded policy document strictly: every error is a field.Error of the
+// document (policy.Error), and a field the dialect does not know is an error, so that
+// typos never go unnoticed.
 type fields struct {
 	doc policy.Document
 }
 
-func (f fields) errorf(field, format string, args ...any) error {
-	return f.doc.Errorf(field, format, args...)
-}
+// fail returns the field errors as an error of the document.
+func (f fields) fail(errs ...*field.Error) error { return f.doc.Err(errs...) }
 
 // object reads an optional object; nil when absent.
-func (f fields) object(v any, field string) (map[string]any, error) {
+func (f fields) object(v any, at *field.Path) (map[string]any, error) {
 	if v == nil {
 		return nil, nil
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, f.errorf(field, "expected an object, found %s", describe(v))
+		return nil, f.fail(policy.WrongType(at, v, "an object"))
 	}
 	return m, nil
 }
 
-// known rejects keys of m that are not in allowed.
-func (f fields) known(m map[string]any, field string, allowed ...string) error {
-	if k, ok := policy.UnknownField(m, allowed...); ok {
-		return f.errorf(join(field, k), "unknown field: the fields of %s are %s", orRoot(field), strings.Join(allowed, ", "))
+// known rejects keys of m that are not in allowed; at is nil for the document itself.
+func (f fields) known(m map[string]any, at *field.Path, allowed ...string) error {
+	if fe := policy.CheckKnown(m, at, allowed...); fe != nil {
+		return f.fail(fe)
 	}
 	return nil
 }
 
-func (f fields) str(v any, field string) (string, error) {
+func (f fields) str(v any, at *field.Path) (string, error) {
 	if v == nil {
 		return "", nil
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", f.errorf(field, "expected a string, found %s", describe(v))
+		return "", f.fail(policy.WrongType(at, v, "a string"))
 	}
 	return s, nil
 }
 
-func (f fields) strings(v any, field string) ([]string, error) {
+func (f fields) strings(v any, at *field.Path) ([]string, error) {
 	if v == nil {
 		return nil, nil
 	}
 	l, ok := v.([]any)
 	if !ok {
-		return nil, f.errorf(field, "expected a list of strings, found %s", describe(v))
+		return nil, f.fail(policy.WrongType(at, v, "a list of strings"))
 	}
 	out := make([]string, len(l))
 	for i, e := range l {
 		s, ok := e.(string)
 		if !ok {
-			return nil, f.errorf(fmt.Sprintf("%s[%d]", field, i), "expected a string, found %s", describe(e))
+			return nil, f.fail(policy.WrongType(at.Index(i), e, "a string"))
 		}
 		out[i] = s
 	}
 	return out, nil
 }
 
-func (f fields) list(v any, field string) ([]any, error) {
+func (f fields) list(v any, at *field.Path) ([]any, error) {
 	if v == nil {
 		return nil, nil
 	}
 	l, ok := v.([]any)
 	if !ok {
-		return nil, f.errorf(field, "expected a list, found %s", describe(v))
+		return nil, f.fail(policy.WrongType(at, v, "a list"))
 	}
 	return l, nil
-}
-
-func join(field, key string) string {
-	if field == "" {
-		return key
-	}
-	return field + "." + key
-}
-
-func orRoot(field string) string {
-	if field == "" {
-		return "the document"
-	}
-	return field
 }
 
 func describe(v any) string {

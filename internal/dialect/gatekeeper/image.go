@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // image is a container image reference split as Gatekeeper's AssignImage splits it
@@ -81,38 +83,38 @@ func newImageGrammar() imageGrammar {
 	}
 }
 
-// validate checks the parameters as Gatekeeper does (validateImageParts), in its words;
-// the first result names the field.
-func (p imageParts) validate(g imageGrammar) (string, error) {
-	const base = "spec.parameters."
+// validate checks the parameters as Gatekeeper does (validateImageParts), in its words,
+// as an error of the field at (spec.parameters) names.
+func (p imageParts) validate(g imageGrammar, at *field.Path) *field.Error {
+	domain, path, tag := at.Child("assignDomain"), at.Child("assignPath"), at.Child("assignTag")
 	if p.domain == "" && p.path == "" && p.tag == "" {
-		return base + "assignDomain", fmt.Errorf("at least one of [assignDomain, assignPath, assignTag] must be set")
+		return field.Required(domain, "at least one of [assignDomain, assignPath, assignTag] must be set")
 	}
 	if p.domain != "" {
 		if !g.domain.MatchString(p.domain) {
-			return base + "assignDomain", fmt.Errorf("assignDomain %q must be a fully-qualified domain name or localhost", p.domain)
+			return field.Invalid(domain, p.domain, fmt.Sprintf("assignDomain %q must be a fully-qualified domain name or localhost", p.domain))
 		}
 		if d := parseImage(p.domain + "/"); d.domain != p.domain || d.path != "" || d.tag != "" {
-			return base + "assignDomain", fmt.Errorf("domain %q could not be recognized as a valid domain", p.domain)
+			return field.Invalid(domain, p.domain, fmt.Sprintf("domain %q could not be recognized as a valid domain", p.domain))
 		}
 	}
 	if p.path != "" && g.path.FindString(p.path) != p.path {
-		return base + "assignPath", fmt.Errorf("assignPath %q must be a valid docker image path", p.path)
+		return field.Invalid(path, p.path, fmt.Sprintf("assignPath %q must be a valid docker image path", p.path))
 	}
 	if p.tag != "" {
 		if !g.tag.MatchString(p.tag) {
-			return base + "assignTag", fmt.Errorf("assignTag %q must be a valid docker image tag or digest starting with ':' or '@'", p.tag)
+			return field.Invalid(tag, p.tag, fmt.Sprintf("assignTag %q must be a valid docker image tag or digest starting with ':' or '@'", p.tag))
 		}
-		if path, tag := splitTag(p.tag); path != "" || tag != p.tag {
-			return base + "assignTag", fmt.Errorf("tag %q could not be recognized as a valid tag or digest", p.tag)
+		if pth, tg := splitTag(p.tag); pth != "" || tg != p.tag {
+			return field.Invalid(tag, p.tag, fmt.Sprintf("tag %q could not be recognized as a valid tag or digest", p.tag))
 		}
 	}
 	if p.domain == "" && p.path != "" {
 		if i := strings.IndexByte(p.path, '/'); i >= 0 && looksLikeDomain(p.path[:i]) {
-			return base + "assignPath", fmt.Errorf("assignDomain must be set if the first part of assignPath %q can be interpreted as part of a domain", p.path)
+			return field.Invalid(path, p.path, fmt.Sprintf("assignDomain must be set if the first part of assignPath %q can be interpreted as part of a domain", p.path))
 		}
 	}
-	return "", nil
+	return nil
 }
 
 // imageSetter is AssignImage: it replaces the given parts of the image string at the

@@ -8,6 +8,8 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/match"
 	"github.com/morph-dev/morph/internal/objects"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // wildcardPattern is the schema of Gatekeeper's wildcard strings (match.namespaces,
@@ -52,16 +54,16 @@ type matcher struct {
 }
 
 func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
-	const field = "spec.match"
+	at := field.NewPath("spec", "match")
 	m := &matcher{source: engine.SourceAll, store: store, kindsGlobal: true}
-	spec, err := f.object(v, field)
+	spec, err := f.object(v, at)
 	if err != nil || spec == nil {
 		return m, err
 	}
-	if err := f.known(spec, field, "scope", "kinds", "labelSelector", "namespaces", "excludedNamespaces", "namespaceSelector", "name", "source"); err != nil {
+	if err := f.known(spec, at, "scope", "kinds", "labelSelector", "namespaces", "excludedNamespaces", "namespaceSelector", "name", "source"); err != nil {
 		return nil, err
 	}
-	if m.scope, err = f.str(spec["scope"], field+".scope"); err != nil {
+	if m.scope, err = f.str(spec["scope"], at.Child("scope")); err != nil {
 		return nil, err
 	}
 	switch m.scope {
@@ -69,9 +71,9 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 		m.scope = ""
 	case "Namespaced", "Cluster":
 	default:
-		return nil, f.errorf(field+".scope", "unknown scope %q: use Namespaced, Cluster or *", m.scope)
+		return nil, f.fail(field.NotSupported(at.Child("scope"), m.scope, []string{"Namespaced", "Cluster", "*"}))
 	}
-	kinds, err := f.list(spec["kinds"], field+".kinds")
+	kinds, err := f.list(spec["kinds"], at.Child("kinds"))
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +81,7 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 		m.kindsGlobal = false
 	}
 	for i, e := range kinds {
-		kf := fmt.Sprintf("%s.kinds[%d]", field, i)
+		kf := at.Child("kinds").Index(i)
 		em, err := f.object(e, kf)
 		if err != nil {
 			return nil, err
@@ -88,10 +90,10 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 			return nil, err
 		}
 		var ks kindSelector
-		if ks.groups, err = f.strings(em["apiGroups"], kf+".apiGroups"); err != nil {
+		if ks.groups, err = f.strings(em["apiGroups"], kf.Child("apiGroups")); err != nil {
 			return nil, err
 		}
-		if ks.kinds, err = f.strings(em["kinds"], kf+".kinds"); err != nil {
+		if ks.kinds, err = f.strings(em["kinds"], kf.Child("kinds")); err != nil {
 			return nil, err
 		}
 		ks.anyGroup = len(ks.groups) == 0 || slices.Contains(ks.groups, "*")
@@ -101,43 +103,43 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 		}
 		m.kinds = append(m.kinds, ks)
 	}
-	if m.labels, err = selector(f, spec["labelSelector"], field+".labelSelector"); err != nil {
+	if m.labels, err = selector(f, spec["labelSelector"], at.Child("labelSelector")); err != nil {
 		return nil, err
 	}
-	if m.nsSelector, err = selector(f, spec["namespaceSelector"], field+".namespaceSelector"); err != nil {
+	if m.nsSelector, err = selector(f, spec["namespaceSelector"], at.Child("namespaceSelector")); err != nil {
 		return nil, err
 	}
 	for _, g := range []struct {
 		key string
 		out *match.Globs
 	}{{"namespaces", &m.namespaces}, {"excludedNamespaces", &m.excluded}} {
-		ss, err := f.strings(spec[g.key], field+"."+g.key)
+		ss, err := f.strings(spec[g.key], at.Child(g.key))
 		if err != nil {
 			return nil, err
 		}
 		for i, s := range ss {
 			if !wildcardPattern.MatchString(s) {
-				return nil, f.errorf(fmt.Sprintf("%s.%s[%d]", field, g.key, i), "%q should match '%s' (lower-case letters, digits, - and :, with an optional * at either end), as Gatekeeper's CRD requires", s, wildcardPattern)
+				return nil, f.fail(badWildcard(at.Child(g.key).Index(i), s))
 			}
 		}
 		if *g.out, err = match.NewGlobs(ss); err != nil {
-			return nil, f.errorf(field+"."+g.key, "%v", err)
+			return nil, f.doc.Wrap(at.Child(g.key), nil, err)
 		}
 	}
-	name, err := f.str(spec["name"], field+".name")
+	name, err := f.str(spec["name"], at.Child("name"))
 	if err != nil {
 		return nil, err
 	}
 	if name != "" {
 		if !wildcardPattern.MatchString(name) {
-			return nil, f.errorf(field+".name", "%q should match '%s' (lower-case letters, digits, - and :, with an optional * at either end), as Gatekeeper's CRD requires", name, wildcardPattern)
+			return nil, f.fail(badWildcard(at.Child("name"), name))
 		}
 		if m.name, err = match.NewGlob(name); err != nil {
-			return nil, f.errorf(field+".name", "%v", err)
+			return nil, f.doc.Wrap(at.Child("name"), name, err)
 		}
 		m.hasName = true
 	}
-	src, err := f.str(spec["source"], field+".source")
+	src, err := f.str(spec["source"], at.Child("source"))
 	if err != nil {
 		return nil, err
 	}
@@ -146,20 +148,25 @@ func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {
 	case engine.SourceOriginal, engine.SourceGenerated:
 		m.source = engine.Source(src)
 	default:
-		return nil, f.errorf(field+".source", "unknown source %q: use All, Original or Generated", src)
+		return nil, f.fail(field.NotSupported(at.Child("source"), src, []engine.Source{engine.SourceAll, engine.SourceOriginal, engine.SourceGenerated}))
 	}
 	return m, nil
 }
 
+// badWildcard is the error for a namespace or name that Gatekeeper's CRD refuses.
+func badWildcard(at *field.Path, s string) *field.Error {
+	return field.Invalid(at, s, fmt.Sprintf("should match '%s' (lower-case letters, digits, - and :, with an optional * at either end), as Gatekeeper's CRD requires", wildcardPattern))
+}
+
 // selector compiles a label selector; an empty list (as in the schematic example of the
 // Gatekeeper documentation, "labelSelector: []") is read as no selector.
-func selector(f fields, v any, field string) (*match.Selector, error) {
+func selector(f fields, v any, at *field.Path) (*match.Selector, error) {
 	if l, ok := v.([]any); ok && len(l) == 0 {
 		return nil, nil
 	}
 	s, err := match.NewSelector(v)
 	if err != nil {
-		return nil, f.errorf(field, "%v", err)
+		return nil, f.doc.Wrap(at, nil, err)
 	}
 	return s, nil
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper/path"
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // The mutator kinds.
@@ -103,6 +105,9 @@ func (m *mutator) annotationName() string {
 	return m.id.Kind + "//" + m.id.Name + ":" + strconv.FormatInt(m.generation, 10)
 }
 
+// paramsPath is where every mutator kind keeps its parameters.
+var paramsPath = field.NewPath("spec", "parameters")
+
 // compiler holds what compiling one batch of documents needs.
 type compiler struct {
 	opts      Options
@@ -115,20 +120,20 @@ type compiler struct {
 func (c *compiler) compileMutator(doc policy.Document) (*mutator, error) {
 	f := fields{doc: doc}
 	kind := doc.Kind()
-	if err := f.known(doc.Object, "", "apiVersion", "kind", "metadata", "spec", "status"); err != nil {
+	if err := f.known(doc.Object, nil, "apiVersion", "kind", "metadata", "spec", "status"); err != nil {
 		return nil, err
 	}
 	name := doc.Name()
 	if name == "" {
-		return nil, f.errorf("metadata.name", "required: name the mutator")
+		return nil, f.fail(field.Required(field.NewPath("metadata", "name"), "name the mutator"))
 	}
 	if doc.Namespace() != "" {
-		return nil, f.errorf("metadata.namespace", "Gatekeeper mutators are cluster-scoped: remove the namespace")
+		return nil, f.fail(field.Forbidden(field.NewPath("metadata", "namespace"), "Gatekeeper mutators are cluster-scoped; remove the namespace"))
 	}
 	if kind == kindAssignImage && doc.APIVersion() != "mutations.gatekeeper.sh/v1alpha1" {
 		// Gatekeeper's CRD serves AssignImage at v1alpha1 only: the API server refuses
 		// any other version, and so does morph rather than guess.
-		return nil, f.errorf("apiVersion", "AssignImage is served only as mutations.gatekeeper.sh/v1alpha1 (Gatekeeper's CRD has no %s): change the apiVersion", doc.APIVersion())
+		return nil, f.fail(field.Invalid(field.NewPath("apiVersion"), doc.APIVersion(), "AssignImage is served only as mutations.gatekeeper.sh/v1alpha1 (Gatekeeper's CRD has no other version); change the apiVersion"))
 	}
 	m := &mutator{doc: doc, id: engine.ID{Dialect: dialectName, Kind: kind, Name: name}, generation: 1, failure: engine.FailIgnore}
 	if c.opts.FailClosed {
@@ -143,37 +148,39 @@ func (c *compiler) compileMutator(doc policy.Document) (*mutator, error) {
 	if g, ok := meta["generation"].(int64); ok && g > 0 {
 		m.generation = g
 	}
-	spec, err := f.object(doc.Object["spec"], "spec")
+	specPath := field.NewPath("spec")
+	spec, err := f.object(doc.Object["spec"], specPath)
 	if err != nil {
 		return nil, err
 	}
 	if spec == nil {
-		return nil, f.errorf("spec", "required")
+		return nil, f.fail(field.Required(specPath, "give applyTo, location and parameters"))
 	}
 	allowed := []string{"applyTo", "match", "location", "parameters"}
 	if kind == kindAssignMetadata {
 		allowed = []string{"match", "location", "parameters"}
 	}
-	if err := f.known(spec, "spec", allowed...); err != nil {
+	if err := f.known(spec, specPath, allowed...); err != nil {
 		return nil, err
 	}
 	if m.match, err = parseMatch(f, spec["match"], c.opts.Objects); err != nil {
 		return nil, err
 	}
-	locText, err := f.str(spec["location"], "spec.location")
+	locPath := specPath.Child("location")
+	locText, err := f.str(spec["location"], locPath)
 	if err != nil {
 		return nil, err
 	}
 	if locText == "" {
-		return nil, f.errorf("spec.location", "required: give the path to change, such as spec.containers[name: *].imagePullPolicy")
+		return nil, f.fail(field.Required(locPath, "give the path to change, such as spec.containers[name: *].imagePullPolicy"))
 	}
 	if m.loc, err = path.Parse(locText); err != nil {
-		return nil, f.doc.Wrap("spec.location", err)
+		return nil, f.doc.Wrap(locPath, locText, err)
 	}
 	if err := checkLocation(f, kind, m.loc); err != nil {
 		return nil, err
 	}
-	params, err := f.object(spec["parameters"], "spec.parameters")
+	params, err := f.object(spec["parameters"], paramsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -202,35 +209,36 @@ func (c *compiler) compileMutator(doc policy.Document) (*mutator, error) {
 		}
 	}
 	if m.tester, err = path.NewTester(m.loc, tests); err != nil {
-		return nil, f.errorf("spec.parameters.pathTests", "%v", err)
+		return nil, f.fail(field.Invalid(paramsPath.Child("pathTests"), field.OmitValueType{}, err.Error()))
 	}
 	return m, nil
 }
 
 // checkLocation enforces what each kind may address.
 func checkLocation(f fields, kind string, loc path.Path) error {
-	const field = "spec.location"
+	at := field.NewPath("spec", "location")
+	text := loc.String()
 	nodes := loc.Nodes
 	for i := 0; i+1 < len(nodes); i++ {
 		if nodes[i].Kind == path.List && nodes[i+1].Kind == path.Field && nodes[i+1].Name == nodes[i].Name {
-			return f.errorf(field, "%s changes the key field %q of the list %s: a key cannot be changed, address the element instead", loc.String(), nodes[i].Name, loc.Prefix(i))
+			return f.fail(field.Invalid(at, text, fmt.Sprintf("changes the key field %q of the list %s, and a key cannot be changed; address the element instead", nodes[i].Name, loc.Prefix(i))))
 		}
 	}
 	last := loc.Last()
 	if kind == kindAssignMetadata {
 		if len(nodes) != 3 || nodes[0].Name != "metadata" || (nodes[1].Name != "labels" && nodes[1].Name != "annotations") || nodes[1].Kind != path.Field || nodes[2].Kind != path.Field {
-			return f.errorf(field, "AssignMetadata may only set metadata.labels.<key> or metadata.annotations.<key>, not %s", loc.String())
+			return f.fail(field.Invalid(at, text, "AssignMetadata may only set metadata.labels.<key> or metadata.annotations.<key>"))
 		}
 		return nil
 	}
 	if nodes[0].Name == "metadata" {
-		return f.errorf(field, "%s may not change metadata: use an AssignMetadata mutator for labels and annotations", kind)
+		return f.fail(field.Invalid(at, text, fmt.Sprintf("%s may not change metadata; use an AssignMetadata mutator for labels and annotations", kind)))
 	}
 	if last.Kind == path.List && last.Glob {
-		return f.errorf(field, "%s ends in the glob [%s: *]: assigning to every element of a list is not allowed; address one element or a field below the glob", loc.String(), last.Name)
+		return f.fail(field.Invalid(at, text, fmt.Sprintf("ends in the glob [%s: *], and assigning to every element of a list is not allowed; address one element or a field below the glob", last.Name)))
 	}
 	if last.Kind == path.List && kind != kindAssign {
-		return f.errorf(field, "%s ends in a list element: %s must end in a field", loc.String(), kind)
+		return f.fail(field.Invalid(at, text, fmt.Sprintf("ends in a list element; the location of a %s must end in a field", kind)))
 	}
 	return nil
 }
@@ -238,18 +246,18 @@ func checkLocation(f fields, kind string, loc path.Path) error {
 // parseApplyTo reads spec.applyTo into engine targets. "kind" is accepted as an alias of
 // "kinds": the Policy Controller documentation's Jobs example spells it that way.
 func parseApplyTo(f fields, v any) ([]engine.Target, []schema.GroupVersionKind, error) {
-	const field = "spec.applyTo"
-	entries, err := f.list(v, field)
+	at := field.NewPath("spec", "applyTo")
+	entries, err := f.list(v, at)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(entries) == 0 {
-		return nil, nil, f.errorf(field, "required: list the groups, versions and kinds the mutator changes, such as {groups: [\"\"], versions: [v1], kinds: [Pod]}")
+		return nil, nil, f.fail(field.Required(at, `list the groups, versions and kinds the mutator changes, such as {groups: [""], versions: [v1], kinds: [Pod]}`))
 	}
 	var targets []engine.Target
 	var gvks []schema.GroupVersionKind
 	for i, e := range entries {
-		ef := fmt.Sprintf("%s[%d]", field, i)
+		ef := at.Index(i)
 		em, err := f.object(e, ef)
 		if err != nil {
 			return nil, nil, err
@@ -259,7 +267,7 @@ func parseApplyTo(f fields, v any) ([]engine.Target, []schema.GroupVersionKind, 
 		}
 		lists := map[string][]string{}
 		for _, k := range []string{"groups", "versions", "kinds", "kind", "operations"} {
-			if lists[k], err = f.strings(em[k], ef+"."+k); err != nil {
+			if lists[k], err = f.strings(em[k], ef.Child(k)); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -270,10 +278,10 @@ func parseApplyTo(f fields, v any) ([]engine.Target, []schema.GroupVersionKind, 
 				l = kinds
 			}
 			if len(l) == 0 {
-				return nil, nil, f.errorf(ef+"."+k, "required: applyTo needs groups, versions and kinds")
+				return nil, nil, f.fail(field.Required(ef.Child(k), "applyTo needs groups, versions and kinds"))
 			}
 			if slices.Contains(l, "*") {
-				return nil, nil, f.errorf(ef+"."+k, "applyTo does not accept globs: list the exact values")
+				return nil, nil, f.fail(field.Invalid(ef.Child(k), "*", "applyTo does not accept globs; list the exact values"))
 			}
 		}
 		var ops engine.OperationSet
@@ -288,7 +296,7 @@ func parseApplyTo(f fields, v any) ([]engine.Target, []schema.GroupVersionKind, 
 				s, _ := engine.OperationsOf(o)
 				ops |= s
 			default:
-				return nil, nil, f.errorf(fmt.Sprintf("%s.operations[%d]", ef, j), "%q: Gatekeeper mutates on CREATE and UPDATE only (or * for both)", o)
+				return nil, nil, f.fail(field.NotSupported(ef.Child("operations").Index(j), o, []string{"CREATE", "UPDATE", "*"}))
 			}
 		}
 		for _, g := range lists["groups"] {
@@ -340,14 +348,14 @@ func metadataTargets(m *matcher) []engine.Target {
 }
 
 func parsePathTests(f fields, v any) ([]path.Test, error) {
-	const field = "spec.parameters.pathTests"
-	l, err := f.list(v, field)
+	at := paramsPath.Child("pathTests")
+	l, err := f.list(v, at)
 	if err != nil {
 		return nil, err
 	}
 	tests := make([]path.Test, 0, len(l))
 	for i, e := range l {
-		ef := fmt.Sprintf("%s[%d]", field, i)
+		ef := at.Index(i)
 		em, err := f.object(e, ef)
 		if err != nil {
 			return nil, err
@@ -355,21 +363,21 @@ func parsePathTests(f fields, v any) ([]path.Test, error) {
 		if err := f.known(em, ef, "subPath", "condition"); err != nil {
 			return nil, err
 		}
-		sub, err := f.str(em["subPath"], ef+".subPath")
+		sub, err := f.str(em["subPath"], ef.Child("subPath"))
 		if err != nil {
 			return nil, err
 		}
 		p, err := path.Parse(sub)
 		if err != nil {
-			return nil, f.doc.Wrap(ef+".subPath", err)
+			return nil, f.doc.Wrap(ef.Child("subPath"), sub, err)
 		}
-		cs, err := f.str(em["condition"], ef+".condition")
+		cs, err := f.str(em["condition"], ef.Child("condition"))
 		if err != nil {
 			return nil, err
 		}
 		cond, err := path.ParseCondition(cs)
 		if err != nil {
-			return nil, f.doc.Wrap(ef+".condition", err)
+			return nil, f.fail(field.NotSupported(ef.Child("condition"), cs, []string{path.MustExist.String(), path.MustNotExist.String()}))
 		}
 		tests = append(tests, path.Test{SubPath: p, Condition: cond})
 	}
@@ -384,16 +392,16 @@ type assignSource struct {
 }
 
 func (c *compiler) parseAssign(f fields, m *mutator, params map[string]any, metadata bool) (assignSource, error) {
-	const field = "spec.parameters.assign"
+	at := paramsPath.Child("assign")
 	var src assignSource
-	a, err := f.object(params["assign"], field)
+	a, err := f.object(params["assign"], at)
 	if err != nil {
 		return src, err
 	}
 	if a == nil {
-		return src, f.errorf(field, "required: give assign.value, assign.fromMetadata or assign.externalData")
+		return src, f.fail(field.Required(at, "give assign.value, assign.fromMetadata or assign.externalData"))
 	}
-	if err := f.known(a, field, "value", "fromMetadata", "externalData"); err != nil {
+	if err := f.known(a, at, "value", "fromMetadata", "externalData"); err != nil {
 		return src, err
 	}
 	_, hasValue := a["value"]
@@ -404,29 +412,29 @@ func (c *compiler) parseAssign(f fields, m *mutator, params map[string]any, meta
 		}
 	}
 	if set != 1 {
-		return src, f.errorf(field, "give exactly one of value, fromMetadata and externalData")
+		return src, f.fail(field.Invalid(at, field.OmitValueType{}, fmt.Sprintf("%d of value, fromMetadata and externalData are set; give exactly one", set)))
 	}
 	switch {
 	case hasValue:
 		src.value = a["value"]
 	case a["fromMetadata"] != nil:
-		fm, err := f.object(a["fromMetadata"], field+".fromMetadata")
+		fm, err := f.object(a["fromMetadata"], at.Child("fromMetadata"))
 		if err != nil {
 			return src, err
 		}
-		if err := f.known(fm, field+".fromMetadata", "field"); err != nil {
+		if err := f.known(fm, at.Child("fromMetadata"), "field"); err != nil {
 			return src, err
 		}
-		src.fromMetadata, err = f.str(fm["field"], field+".fromMetadata.field")
+		src.fromMetadata, err = f.str(fm["field"], at.Child("fromMetadata", "field"))
 		if err != nil {
 			return src, err
 		}
 		if src.fromMetadata != "namespace" && src.fromMetadata != "name" {
-			return src, f.errorf(field+".fromMetadata.field", "%q: use namespace or name", src.fromMetadata)
+			return src, f.fail(field.NotSupported(at.Child("fromMetadata", "field"), src.fromMetadata, []string{"namespace", "name"}))
 		}
 	default:
 		if metadata {
-			return src, f.errorf(field+".externalData", "AssignMetadata cannot take external data: use an Assign mutator")
+			return src, f.fail(field.Forbidden(at.Child("externalData"), "AssignMetadata cannot take external data; use an Assign mutator"))
 		}
 		if src.external, err = c.parseExternal(f, m, a["externalData"]); err != nil {
 			return src, err
@@ -437,9 +445,9 @@ func (c *compiler) parseAssign(f fields, m *mutator, params map[string]any, meta
 
 func (c *compiler) assign(f fields, m *mutator, params map[string]any) error {
 	if params == nil {
-		return f.errorf("spec.parameters", "required: give parameters.assign")
+		return f.fail(field.Required(paramsPath, "give parameters.assign"))
 	}
-	if err := f.known(params, "spec.parameters", "assign", "pathTests"); err != nil {
+	if err := f.known(params, paramsPath, "assign", "pathTests"); err != nil {
 		return err
 	}
 	src, err := c.parseAssign(f, m, params, false)
@@ -448,11 +456,11 @@ func (c *compiler) assign(f fields, m *mutator, params map[string]any) error {
 	}
 	if last := m.loc.Last(); last.Kind == path.List {
 		if src.fromMetadata != "" || src.external != nil {
-			return f.errorf("spec.parameters.assign", "a location ending in a list element needs an object value")
+			return f.fail(field.Invalid(paramsPath.Child("assign"), field.OmitValueType{}, "a location ending in a list element needs an object value; give assign.value"))
 		}
 		obj, ok := src.value.(map[string]any)
 		if !ok || !last.KeyMatches(obj[last.Name]) {
-			return f.errorf("spec.parameters.assign.value", "the location %s ends in a list element: the value must be an object whose %q is %v", m.loc.String(), last.Name, last.Value)
+			return f.fail(field.Invalid(paramsPath.Child("assign", "value"), policy.Shown(src.value), fmt.Sprintf("the location %s ends in a list element; the value must be an object whose %q is %v", m.loc.String(), last.Name, last.Value)))
 		}
 	}
 	m.external = src.external
@@ -462,9 +470,9 @@ func (c *compiler) assign(f fields, m *mutator, params map[string]any) error {
 
 func (c *compiler) assignMetadata(f fields, m *mutator, params map[string]any) error {
 	if params == nil {
-		return f.errorf("spec.parameters", "required: give parameters.assign")
+		return f.fail(field.Required(paramsPath, "give parameters.assign"))
 	}
-	if err := f.known(params, "spec.parameters", "assign"); err != nil {
+	if err := f.known(params, paramsPath, "assign"); err != nil {
 		return err
 	}
 	src, err := c.parseAssign(f, m, params, true)
@@ -473,7 +481,7 @@ func (c *compiler) assignMetadata(f fields, m *mutator, params map[string]any) e
 	}
 	if src.fromMetadata == "" {
 		if _, ok := src.value.(string); !ok {
-			return f.errorf("spec.parameters.assign.value", "labels and annotations are strings: found %s", describe(src.value))
+			return f.fail(policy.WrongType(paramsPath.Child("assign", "value"), src.value, "a string (labels and annotations are strings)"))
 		}
 	}
 	m.set = &metadataSetter{src: src}
@@ -481,14 +489,14 @@ func (c *compiler) assignMetadata(f fields, m *mutator, params map[string]any) e
 }
 
 func (c *compiler) modifySet(f fields, m *mutator, params map[string]any) error {
-	const field = "spec.parameters"
+	at := paramsPath
 	if params == nil {
-		return f.errorf(field, "required: give parameters.values.fromList")
+		return f.fail(field.Required(at, "give parameters.values.fromList"))
 	}
-	if err := f.known(params, field, "operation", "values", "pathTests"); err != nil {
+	if err := f.known(params, at, "operation", "values", "pathTests"); err != nil {
 		return err
 	}
-	op, err := f.str(params["operation"], field+".operation")
+	op, err := f.str(params["operation"], at.Child("operation"))
 	if err != nil {
 		return err
 	}
@@ -498,16 +506,16 @@ func (c *compiler) modifySet(f fields, m *mutator, params map[string]any) error 
 	case "prune":
 		s.prune = true
 	default:
-		return f.errorf(field+".operation", "%q: use merge or prune", op)
+		return f.fail(field.NotSupported(at.Child("operation"), op, []string{"merge", "prune"}))
 	}
-	vals, err := f.object(params["values"], field+".values")
+	vals, err := f.object(params["values"], at.Child("values"))
 	if err != nil {
 		return err
 	}
-	if err := f.known(vals, field+".values", "fromList"); err != nil {
+	if err := f.known(vals, at.Child("values"), "fromList"); err != nil {
 		return err
 	}
-	if s.values, err = f.list(vals["fromList"], field+".values.fromList"); err != nil {
+	if s.values, err = f.list(vals["fromList"], at.Child("values", "fromList")); err != nil {
 		return err
 	}
 	m.leaf = schemaType{kind: schemaSet}
@@ -516,11 +524,11 @@ func (c *compiler) modifySet(f fields, m *mutator, params map[string]any) error 
 }
 
 func (c *compiler) assignImage(f fields, m *mutator, params map[string]any) error {
-	const field = "spec.parameters"
+	at := paramsPath
 	if params == nil {
-		return f.errorf(field, "required: give assignDomain, assignPath or assignTag")
+		return f.fail(field.Required(at, "give assignDomain, assignPath or assignTag"))
 	}
-	if err := f.known(params, field, "assignDomain", "assignPath", "assignTag", "pathTests"); err != nil {
+	if err := f.known(params, at, "assignDomain", "assignPath", "assignTag", "pathTests"); err != nil {
 		return err
 	}
 	var p imageParts
@@ -529,12 +537,12 @@ func (c *compiler) assignImage(f fields, m *mutator, params map[string]any) erro
 		key string
 		out *string
 	}{{"assignDomain", &p.domain}, {"assignPath", &p.path}, {"assignTag", &p.tag}} {
-		if *x.out, err = f.str(params[x.key], field+"."+x.key); err != nil {
+		if *x.out, err = f.str(params[x.key], at.Child(x.key)); err != nil {
 			return err
 		}
 	}
-	if bad, err := p.validate(c.grammar); err != nil {
-		return f.errorf(bad, "%v", err)
+	if fe := p.validate(c.grammar, at); fe != nil {
+		return f.fail(fe)
 	}
 	m.leaf = schemaType{kind: schemaString}
 	m.set = &imageSetter{parts: p}

@@ -149,16 +149,9 @@ func (wk *walker) list(l []any, i int) ([]any, bool, error) {
 			if !ok {
 				return l, false, wk.mismatch(i, "an object", e)
 			}
-			*wk.seg(i) = seg{index: j}
-			ne, changed, err := wk.field(em, i+1)
-			if err != nil {
+			var err error
+			if out, err = wk.element(l, out, i, j, em); err != nil {
 				return l, false, err
-			}
-			if changed {
-				if out == nil {
-					out = wk.w.List(l, 0)
-				}
-				out[j] = ne
 			}
 		}
 		if out == nil {
@@ -233,16 +226,9 @@ func (wk *walker) keyed(l []any, i int) ([]any, bool, error) {
 		if !wk.tester.Allows(i, true) {
 			return l, false, nil
 		}
-		*wk.seg(i) = seg{index: j}
-		ne, changed, err := wk.field(em, i+1)
-		if err != nil {
+		var err error
+		if out, err = wk.element(l, out, i, j, em); err != nil {
 			return l, false, err
-		}
-		if changed {
-			if out == nil {
-				out = wk.w.List(l, 0)
-			}
-			out[j] = ne
 		}
 	}
 	if found {
@@ -266,4 +252,19 @@ func (wk *walker) keyed(l []any, i int) ([]any, bool, error) {
 
 func (wk *walker) mismatch(i int, want string, found any) error {
 	return fmt.Errorf("%s: expected %s, found %s; the location does not fit this object", wk.loc.Prefix(i+1), want, describe(found))
+}
+
+// element descends into element j (the object em) of the list l at depth i. The first
+// change copies l into out (copy on write); out is returned with the changed element.
+func (wk *walker) element(l, out []any, i, j int, em map[string]any) ([]any, error) {
+	*wk.seg(i) = seg{index: j}
+	ne, changed, err := wk.field(em, i+1)
+	if err != nil || !changed {
+		return out, err
+	}
+	if out == nil {
+		out = wk.w.List(l, 0)
+	}
+	out[j] = ne
+	return out, nil
 }

@@ -193,7 +193,7 @@ spec:
       apiTypes: {group: g.io, version: v2, kind: K}
       conversion: {storageVersion: v2, paths: [{from: v1, to: v2, spec: {}}]}
 `, Options{})
-	if err == nil || !strings.Contains(err.Error(), `spec.crds.b.conversion.storageVersion: "v2" differs from "v1" declared by entry "a"`) {
+	if err == nil || !strings.Contains(err.Error(), `spec.crds.b.conversion.storageVersion: Invalid value: "v2": differs from "v1" declared by entry "a"`) {
 		t.Errorf("error %v", err)
 	}
 	lone, err := compileText(t, `apiVersion: orkestra.orkspace.io/v1

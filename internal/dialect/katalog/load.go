@@ -15,6 +15,8 @@ import (
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // The documents this dialect compiles.
@@ -96,13 +98,13 @@ type compiler struct {
 }
 
 func (c *compiler) warn(doc policy.Document, field, format string, args ...any) {
-	c.bundle.Warnings = append(c.bundle.Warnings, doc.Errorf(field, format, args...).Error())
+	c.bundle.Warnings = append(c.bundle.Warnings, doc.Where()+": "+field+": "+fmt.Sprintf(format, args...))
 }
 
 // document compiles one Katalog and returns the entries that compiled.
 func (c *compiler) document(doc policy.Document) []*Entry {
 	if err := checkKeys(doc.Object, "apiVersion", "kind", "metadata", "spec", "status"); err != nil {
-		c.errs = append(c.errs, doc.Wrap("", err))
+		c.errs = append(c.errs, locate(doc, "", err))
 		return nil
 	}
 	order, err := doc.Order()
@@ -111,16 +113,16 @@ func (c *compiler) document(doc policy.Document) []*Entry {
 		return nil
 	}
 	if doc.Name() == "" {
-		c.errs = append(c.errs, doc.Errorf("metadata.name", "a Katalog needs a name"))
+		c.errs = append(c.errs, doc.Err(field.Required(field.NewPath("metadata", "name"), "a Katalog needs a name; give one")))
 		return nil
 	}
 	spec, ok := doc.Object["spec"].(map[string]any)
 	if !ok {
-		c.errs = append(c.errs, doc.Errorf("spec", "a Katalog needs a spec with crds"))
+		c.errs = append(c.errs, doc.Err(policy.WrongType(field.NewPath("spec"), doc.Object["spec"], "an object (a Katalog needs a spec with crds)")))
 		return nil
 	}
 	if err := checkKeys(spec, "crds"); err != nil {
-		c.errs = append(c.errs, doc.Wrap("spec", err))
+		c.errs = append(c.errs, locate(doc, "spec", err))
 		return nil
 	}
 	raws, err := entryList(spec["crds"])
@@ -132,17 +134,18 @@ func (c *compiler) document(doc policy.Document) []*Entry {
 	seen := map[string]string{}
 	for _, r := range raws {
 		if prev, dup := seen[r.name]; dup && r.name != "" {
-			c.errs = append(c.errs, doc.Errorf(r.field, "entry %q is declared twice (first at %s): entry names must be unique", r.name, prev))
+			c.errs = append(c.errs, doc.Err(policy.Duplicate(rel(r.field).Child("name"), r.name, fmt.Sprintf("the entry is declared twice (first at %s); entry names must be unique", prev))))
 			continue
 		}
 		seen[r.name] = r.field
 		e := &Entry{Katalog: doc.Name(), Name: r.name, doc: doc, field: r.field, budget: c.opts.Budget.withDefaults()}
 		e.id = engine.ID{Order: order, Dialect: DialectName, Kind: Kind, Namespace: doc.Namespace(), Name: doc.Name(), Part: r.name}
 		if err := c.entry(e, r.object); err != nil {
-			if r.listed {
-				err = fmt.Errorf("entry %q: %w", r.name, err)
+			fe := at(r.field, err)
+			if r.listed { // the field does not show the entry's name
+				fe.Detail = fmt.Sprintf("entry %q: %s", r.name, fe.Detail)
 			}
-			c.errs = append(c.errs, locate(doc, r.field, err))
+			c.errs = append(c.errs, doc.Err(fe))
 			continue
 		}
 		out = append(out, e)
@@ -166,42 +169,42 @@ func entryList(v any) ([]rawEntry, error) {
 		names := slices.Sorted(maps.Keys(x))
 		out := make([]rawEntry, 0, len(names))
 		for _, n := range names {
-			field := Path{"spec", "crds", n}.String()
+			loc := Path{"spec", "crds", n}.String()
 			m, ok := x[n].(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("%s: an entry must be an object, found %s", n, describe(x[n]))
+				return nil, policy.WrongType(rel(n), x[n], "an object (an entry)")
 			}
 			if name, ok := m["name"]; ok && name != n {
-				return nil, fmt.Errorf("%s.name: %q differs from the entry's key %q: drop name or make them equal", n, printed(name), n)
+				return nil, field.Invalid(rel(n).Child("name"), policy.Shown(name), fmt.Sprintf("differs from the entry's key %q; drop name or make them equal", n))
 			}
-			out = append(out, rawEntry{name: n, field: field, object: m})
+			out = append(out, rawEntry{name: n, field: loc, object: m})
 		}
 		return out, nil
 	case []any:
 		out := make([]rawEntry, 0, len(x))
 		for i, it := range x {
-			field := fmt.Sprintf("spec.crds[%d]", i)
+			loc := fmt.Sprintf("spec.crds[%d]", i)
 			m, ok := it.(map[string]any)
 			if !ok {
-				return nil, fmt.Errorf("[%d]: an entry must be an object, found %s", i, describe(it))
+				return nil, policy.WrongType(rel("").Index(i), it, "an object (an entry)")
 			}
 			name, _ := m["name"].(string)
 			if name == "" {
-				return nil, fmt.Errorf("[%d].name: a listed entry needs a name", i)
+				return nil, field.Required(rel("").Index(i).Child("name"), "a listed entry needs a name; give one")
 			}
-			out = append(out, rawEntry{name: name, field: field, listed: true, object: m})
+			out = append(out, rawEntry{name: name, field: loc, listed: true, object: m})
 		}
 		return out, nil
 	case nil:
-		return nil, errors.New("no entries: give a map of entries keyed by name, or a list of entries with name")
+		return nil, field.Required(rel(""), "no entries; give a map of entries keyed by name, or a list of entries with name")
 	}
-	return nil, fmt.Errorf("expected a map of entries keyed by name or a list of entries, found %s", describe(v))
+	return nil, policy.WrongType(rel(""), v, "a map of entries keyed by name or a list of entries")
 }
 
 // checkKeys rejects keys outside allowed, naming the first unknown key in sorted order.
 func checkKeys(m map[string]any, allowed ...string) error {
 	if k, ok := policy.UnknownField(m, allowed...); ok {
-		return fmt.Errorf("unknown field %q: the fields here are %s", k, strings.Join(allowed, ", "))
+		return policy.Unknown(nil, k, allowed...)
 	}
 	return nil
 }
@@ -213,7 +216,7 @@ func asMap(v any, what string) (map[string]any, error) {
 	case nil:
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%s must be an object, found %s", what, describe(v))
+	return nil, policy.WrongType(rel(what), v, "an object")
 }
 
 func asList(v any, what string) ([]any, error) {
@@ -223,7 +226,7 @@ func asList(v any, what string) ([]any, error) {
 	case nil:
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%s must be a list, found %s", what, describe(v))
+	return nil, policy.WrongType(rel(what), v, "a list")
 }
 
 func asString(m map[string]any, key string) (string, error) {
@@ -233,7 +236,7 @@ func asString(m map[string]any, key string) (string, error) {
 	case nil:
 		return "", nil
 	default:
-		return "", fmt.Errorf("%s must be a string, found %s", key, describe(x))
+		return "", policy.WrongType(rel(key), x, "a string")
 	}
 }
 
@@ -244,7 +247,7 @@ func asBool(m map[string]any, key string) (value, set bool, err error) {
 	case nil:
 		return false, false, nil
 	default:
-		return false, false, fmt.Errorf("%s must be true or false, found %s", key, describe(x))
+		return false, false, policy.WrongType(rel(key), x, "true or false")
 	}
 }
 
@@ -259,7 +262,7 @@ func (c *compiler) entry(e *Entry, m map[string]any) error {
 	boxKey := "operatorBox"
 	if _, ok := m["reconciler"]; ok {
 		if _, both := m["operatorBox"]; both {
-			return errors.New("operatorBox and reconciler are two names of one field: keep one")
+			return field.Forbidden(rel("reconciler"), "operatorBox and reconciler are two names of one field; keep one")
 		}
 		boxKey = "reconciler"
 	}
@@ -272,7 +275,7 @@ func (c *compiler) entry(e *Entry, m map[string]any) error {
 	}
 	if v, ok := m["validation"]; ok {
 		if len(e.validation) > 0 {
-			return fmt.Errorf("validation: validation rules are declared both here and in %s.validation: keep one list", boxKey)
+			return field.Forbidden(rel("validation"), fmt.Sprintf("validation rules are declared both here and in %s.validation; keep one list", boxKey))
 		}
 		if e.validation, err = c.validationRules(e, v); err != nil {
 			return at("validation", err)
@@ -295,7 +298,7 @@ func (c *compiler) apiTypes(e *Entry, v any) error {
 		return err
 	}
 	if m == nil {
-		return errors.New("required: give group, version, kind and plural of the custom resource")
+		return field.Required(rel(""), "give group, version, kind and plural of the custom resource")
 	}
 	if err := checkKeys(m, "group", "version", "kind", "plural"); err != nil {
 		return err
@@ -309,8 +312,11 @@ func (c *compiler) apiTypes(e *Entry, v any) error {
 			return err
 		}
 	}
-	if t.Version == "" || t.Kind == "" {
-		return errors.New("version and kind are required")
+	if t.Version == "" {
+		return field.Required(rel("version"), "give the version and kind of the custom resource")
+	}
+	if t.Kind == "" {
+		return field.Required(rel("kind"), "give the version and kind of the custom resource")
 	}
 	if t.Plural == "" {
 		plural, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Group: t.Group, Version: t.Version, Kind: t.Kind})
@@ -346,13 +352,13 @@ func (c *compiler) webhooks(e *Entry, v any) error {
 			return err
 		}
 		if len(l) == 0 {
-			return errors.New("operations: the list is empty: give CREATE, UPDATE or both, or drop the field for both")
+			return field.Required(rel("operations"), "the list is empty; give CREATE, UPDATE or both, or drop the field for both")
 		}
 		ops = ops[:0]
 		for i, o := range l {
 			s, ok := o.(string)
 			if !ok {
-				return fmt.Errorf("operations[%d]: must be a string, found %s", i, describe(o))
+				return policy.WrongType(rel("operations").Index(i), o, "a string")
 			}
 			ops = append(ops, s)
 		}
@@ -397,7 +403,7 @@ func (c *compiler) operatorBox(e *Entry, key string, box map[string]any) error {
 			return at(rulesField, err)
 		}
 		if innerSet && firstSet && inner != mutateFirst {
-			return fmt.Errorf("%s.mutateFirst is %t but %s.mutateFirst is %t: keep one", rulesField, inner, key, mutateFirst)
+			return field.Invalid(rel(rulesField).Child("mutateFirst"), inner, fmt.Sprintf("%s.mutateFirst is %t; keep one", key, mutateFirst))
 		}
 		if innerSet {
 			mutateFirst = inner
@@ -405,7 +411,7 @@ func (c *compiler) operatorBox(e *Entry, key string, box map[string]any) error {
 		rules = x["rules"]
 		rulesField += ".rules"
 	default:
-		return fmt.Errorf("%s: expected a list of rules or {rules, mutateFirst}, found %s", rulesField, describe(x))
+		return policy.WrongType(rel(rulesField), x, "a list of rules or {rules, mutateFirst}")
 	}
 	e.MutateFirst = mutateFirst
 	list, err := asList(rules, rulesField)
@@ -435,7 +441,7 @@ func (c *compiler) operatorBox(e *Entry, key string, box map[string]any) error {
 func (c *compiler) rule(e *Entry, i int, v any) (*rule, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("a rule must be an object with field and default or override, found %s", describe(v))
+		return nil, policy.WrongType(rel(""), v, "an object with field and default or override (a rule)")
 	}
 	if err := checkKeys(m, "field", "default", "override"); err != nil {
 		return nil, err
@@ -445,11 +451,11 @@ func (c *compiler) rule(e *Entry, i int, v any) (*rule, error) {
 		return nil, err
 	}
 	if text == "" {
-		return nil, errors.New("field: required: give the dot-notation path of the field to set, such as spec.replicas")
+		return nil, field.Required(rel("field"), "give the dot-notation path of the field to set, such as spec.replicas")
 	}
 	path, err := ParsePath(text)
 	if err != nil {
-		return nil, at("field", err)
+		return nil, invalid(rel("field"), text, err)
 	}
 	action := "override"
 	raw, ok := m["override"]
@@ -461,7 +467,7 @@ func (c *compiler) rule(e *Entry, i int, v any) (*rule, error) {
 	}
 	val, err := compileValue(text, raw, c.funcs)
 	if err != nil {
-		return nil, at(action, fmt.Errorf("rule %d for field %q: %w", i, text, err))
+		return nil, invalid(rel(action), raw, fmt.Errorf("for field %q: %w", text, err))
 	}
 	return &rule{index: i, field: path, text: text, action: action, value: val, typ: c.schemaType(e.APITypes, e.APITypes.Version, path)}, nil
 }
@@ -498,7 +504,7 @@ func (c *compiler) validationRules(e *Entry, v any) ([]*validationRule, error) {
 func compileValidationRule(i int, v any) (*validationRule, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("a validation rule must be an object, found %s", describe(v))
+		return nil, policy.WrongType(rel(""), v, "an object (a validation rule)")
 	}
 	if err := checkKeys(m, "field", "min", "max", "pattern", "required", "message", "action"); err != nil {
 		return nil, err
@@ -509,10 +515,10 @@ func compileValidationRule(i int, v any) (*validationRule, error) {
 		return nil, err
 	}
 	if r.text == "" {
-		return nil, errors.New("field: required: give the dot-notation path of the field to check")
+		return nil, field.Required(rel("field"), "give the dot-notation path of the field to check")
 	}
 	if r.field, err = ParsePath(r.text); err != nil {
-		return nil, at("field", err)
+		return nil, invalid(rel("field"), r.text, err)
 	}
 	for _, b := range []struct {
 		key string
@@ -524,12 +530,12 @@ func compileValidationRule(i int, v any) (*validationRule, error) {
 		}
 		_, f, _, err := numberOf(raw)
 		if err != nil {
-			return nil, at(b.key, err)
+			return nil, invalid(rel(b.key), raw, err)
 		}
 		*b.dst = &bound{value: f, text: printed(raw)}
 	}
 	if r.min != nil && r.max != nil && r.min.value > r.max.value {
-		return nil, fmt.Errorf("min %s is above max %s", r.min.text, r.max.text)
+		return nil, field.Invalid(rel("min"), m["min"], fmt.Sprintf("above max %s; give a min at most max", r.max.text))
 	}
 	pattern, err := asString(m, "pattern")
 	if err != nil {
@@ -537,7 +543,7 @@ func compileValidationRule(i int, v any) (*validationRule, error) {
 	}
 	if pattern != "" {
 		if r.pattern, err = regexp.Compile(pattern); err != nil {
-			return nil, at("pattern", err)
+			return nil, invalid(rel("pattern"), pattern, err)
 		}
 	}
 	if r.required, _, err = asBool(m, "required"); err != nil {
@@ -555,10 +561,10 @@ func compileValidationRule(i int, v any) (*validationRule, error) {
 	case "warn":
 		r.deny = false
 	default:
-		return nil, fmt.Errorf("action: %q is not an action: use deny (the default) or warn", action)
+		return nil, field.NotSupported(rel("action"), action, []string{"deny", "warn"})
 	}
 	if r.min == nil && r.max == nil && r.pattern == nil && !r.required {
-		return nil, errors.New("the rule checks nothing: give min, max, pattern or required")
+		return nil, field.Required(rel(""), "the rule checks nothing; give min, max, pattern or required")
 	}
 	return r, nil
 }
@@ -593,13 +599,13 @@ func (c *compiler) conversion(e *Entry, v any) error {
 		}
 		key := [2]string{p.From, p.To}
 		if j, dup := seen[key]; dup {
-			return fmt.Errorf("paths[%d]: a path from %s to %s is already declared at paths[%d]", i, p.From, p.To, j)
+			return policy.Duplicate(rel("paths").Index(i), p.From+" to "+p.To, fmt.Sprintf("already declared at paths[%d]; keep one", j))
 		}
 		seen[key] = i
 		conv.Paths = append(conv.Paths, p)
 	}
 	if len(conv.Paths) == 0 && !conv.Participant {
-		return errors.New("no paths: declare paths (from, to, spec), or participant: true when another entry of the same kind owns them")
+		return field.Required(rel("paths"), "no paths; declare paths (from, to, spec), or participant: true when another entry of the same kind owns them")
 	}
 	e.Conversion = conv
 	e.stats = &ConversionStats{}
@@ -609,7 +615,7 @@ func (c *compiler) conversion(e *Entry, v any) error {
 func (c *compiler) conversionPath(e *Entry, v any) (*ConversionPath, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("a path must be an object with from, to and spec, found %s", describe(v))
+		return nil, policy.WrongType(rel(""), v, "an object with from, to and spec (a path)")
 	}
 	if err := checkKeys(m, "from", "to", "spec"); err != nil {
 		return nil, err
@@ -623,44 +629,51 @@ func (c *compiler) conversionPath(e *Entry, v any) (*ConversionPath, error) {
 		return nil, err
 	}
 	if p.From == "" || p.To == "" || p.From == p.To {
-		return nil, fmt.Errorf("from and to must name two different versions, found %q and %q", p.From, p.To)
+		return nil, field.Invalid(rel("to"), p.To, fmt.Sprintf("from is %q; from and to must name two different versions", p.From))
 	}
 	spec, err := asMap(m["spec"], "spec")
 	if err != nil {
 		return nil, err
 	}
 	for _, k := range slices.Sorted(maps.Keys(spec)) {
-		rel, err := ParsePath(k)
+		sub, err := ParsePath(k)
 		if err != nil {
-			return nil, at("spec", fmt.Errorf("key %q: %w", k, err))
+			return nil, invalid(rel("spec").Key(k), k, err)
 		}
-		full := append(Path{"spec"}, rel...)
+		full := append(Path{"spec"}, sub...)
 		val, err := compileValue(full.String(), spec[k], c.funcs)
 		if err != nil {
-			return nil, at("spec."+rel.String(), err)
+			return nil, invalid(rel("spec."+sub.String()), spec[k], err)
 		}
 		p.fields = append(p.fields, &pathField{field: full, value: val, typ: c.schemaType(e.APITypes, p.To, full)})
 	}
 	return p, nil
 }
 
-// fieldError is a compile error located at a field below the entry; at prefixes parent
-// fields as it travels up, and locate turns it into a policy.Error at the full path.
-type fieldError struct {
-	path string
-	err  error
+// Compile errors are field.Errors whose Field is relative to the caller's field while
+// they travel up (rel builds one); at prefixes the parent field, so that the entry
+// receives the error at the full path of the document.
+
+// rel is a path relative to the caller's field: "" for the field itself (printed "[]"
+// until at re-roots it).
+func rel(name string) *field.Path { return field.NewPath(name) }
+
+// invalid is the error of a value that did not parse: its text is the detail.
+func invalid(path *field.Path, value any, err error) *field.Error {
+	return field.Invalid(path, policy.Shown(value), err.Error())
 }
 
-func (e *fieldError) Error() string { return e.path + ": " + e.err.Error() }
-func (e *fieldError) Unwrap() error { return e.err }
-
-// at locates err at field (relative to the caller's field).
-func at(field string, err error) error {
-	// Only a fieldError itself is re-rooted: a wrapped one keeps its wrapper's text.
-	if fe, ok := err.(*fieldError); ok { //nolint:errorlint // see above
-		return &fieldError{path: joinField(field, fe.path), err: fe.err}
+// at locates err at parent: a field.Error (relative to parent) is re-rooted there, any
+// other error becomes the detail of an invalid value at parent.
+func at(parent string, err error) *field.Error {
+	fe, ok := err.(*field.Error) //nolint:errorlint // only a field.Error itself is re-rooted
+	if !ok {
+		return field.Invalid(rel(parent), field.OmitValueType{}, err.Error())
 	}
-	return &fieldError{path: field, err: err}
+	out := *fe
+	// rel("") prints "[]" (a field.Path has no empty form): drop it.
+	out.Field = joinField(parent, strings.TrimPrefix(strings.TrimPrefix(fe.Field, "[]"), "."))
+	return &out
 }
 
 func joinField(parent, child string) string {
@@ -677,14 +690,5 @@ func joinField(parent, child string) string {
 
 // locate turns err, found below base, into an error of the document at its full field.
 func locate(doc policy.Document, base string, err error) error {
-	var fe *fieldError
-	if errors.As(err, &fe) {
-		if outer := err.Error(); outer != fe.Error() {
-			// A prefix such as `entry "website": ` was added above the field error.
-			prefix := strings.TrimSuffix(outer, fe.Error())
-			return doc.Wrap(joinField(base, fe.path), fmt.Errorf("%s%w", prefix, fe.err))
-		}
-		return doc.Wrap(joinField(base, fe.path), fe.err)
-	}
-	return doc.Wrap(base, err)
+	return doc.Err(at(base, err))
 }

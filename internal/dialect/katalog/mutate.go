@@ -27,9 +27,6 @@ type Mutator struct {
 	entry *Entry
 }
 
-// Entry returns the entry the mutator was compiled from.
-func (m *Mutator) Entry() *Entry { return m.entry }
-
 // Mutate applies the rules in declaration order, each seeing the result of the ones
 // before it. A default applies when the field is absent, null, "", {} or []; an override
 // always applies; a rule whose value equals the current one changes nothing.

@@ -326,7 +326,7 @@ func TestEntryIsolation(t *testing.T) {
       operatorBox:
         mutation: [{field: spec.x, default: "1"}]
 `, Options{})
-	if err == nil || !strings.Contains(err.Error(), `spec.crds.website.operatorBox.mutation[0].field: empty key: expected a key before "." at column 6`) {
+	if err == nil || !strings.Contains(err.Error(), `spec.crds.website.operatorBox.mutation[0].field: Invalid value: "spec..x": empty key: expected a key before "." at column 6`) {
 		t.Errorf("error %v", err)
 	}
 	if len(b.Mutators) != 1 || b.Mutators[0].ID.Part != "good" {

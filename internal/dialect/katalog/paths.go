@@ -11,6 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/policy"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // pathField is one spec field a conversion path computes.
@@ -38,13 +41,6 @@ type Converter struct {
 	paths   map[[2]string]*ConversionPath
 }
 
-// StorageVersion is the declared storage version ("" when none is declared).
-func (c *Converter) StorageVersion() string { return c.storage }
-
-// Entries are the entries of the group and kind that declare conversion: the owner of
-// the paths and the participants.
-func (c *Converter) Entries() []*Entry { return slices.Clone(c.members) }
-
 // converters groups the entries with a conversion by group and kind, one Converter each.
 func (c *compiler) converters(entries []*Entry) {
 	byGK := map[schema.GroupKind][]*Entry{}
@@ -66,7 +62,7 @@ func (c *compiler) converters(entries []*Entry) {
 		for _, e := range members {
 			if e.Conversion.StorageVersion != "" {
 				if conv.storage != "" && conv.storage != e.Conversion.StorageVersion {
-					c.errs = append(c.errs, e.doc.Errorf(e.field+".conversion.storageVersion", "%q differs from %q declared by entry %q of the same kind %s: declare one storage version", e.Conversion.StorageVersion, conv.storage, conv.owner.Name, gk))
+					c.errs = append(c.errs, e.doc.Err(field.Invalid(rel(e.field).Child("conversion", "storageVersion"), e.Conversion.StorageVersion, fmt.Sprintf("differs from %q declared by entry %q of the same kind %s; declare one storage version", conv.storage, conv.owner.Name, gk))))
 					ok = false
 					continue
 				}
@@ -75,7 +71,7 @@ func (c *compiler) converters(entries []*Entry) {
 			for i, p := range e.Conversion.Paths {
 				key := [2]string{p.From, p.To}
 				if _, dup := conv.paths[key]; dup {
-					c.errs = append(c.errs, e.doc.Errorf(fmt.Sprintf("%s.conversion.paths[%d]", e.field, i), "the path from %s to %s of %s is declared by two entries: keep one", p.From, p.To, gk))
+					c.errs = append(c.errs, e.doc.Err(policy.Duplicate(rel(e.field).Child("conversion", "paths").Index(i), p.From+" to "+p.To, fmt.Sprintf("the path from %s to %s of %s is declared by two entries; keep one", p.From, p.To, gk))))
 					ok = false
 					continue
 				}

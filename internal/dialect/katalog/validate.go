@@ -43,9 +43,6 @@ type Validator struct {
 	entry *Entry
 }
 
-// Entry returns the entry the validator was compiled from.
-func (v *Validator) Entry() *Entry { return v.entry }
-
 // Validate checks every rule against obj.
 func (v *Validator) Validate(_ context.Context, _ *engine.Request, obj map[string]any) ([]engine.Violation, error) {
 	var out []engine.Violation

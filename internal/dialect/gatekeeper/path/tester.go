@@ -110,11 +110,3 @@ func (t *Tester) Allows(depth int, exists bool) bool {
 	}
 	return !t.mustExistFrom[depth]
 }
-
-// Condition returns the test of a depth.
-func (t *Tester) Condition(depth int) Condition {
-	if t == nil || depth >= len(t.conds) {
-		return None
-	}
-	return t.conds[depth]
-}
