@@ -41,6 +41,11 @@ func (testDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 		if w, ok := spec["warn"].(string); ok {
 			b.Warnings = append(b.Warnings, d.Where()+": "+w)
 		}
+		if why, ok := spec["skip"].(string); ok {
+			b.Warnings = append(b.Warnings, d.Where()+": "+why)
+			b.Skipped = append(b.Skipped, policy.Skipped{Doc: d, Reason: why})
+			continue
+		}
 		b.Mutators = append(b.Mutators, engine.Mutator{
 			Descriptor: engine.Descriptor{ID: engine.ID{Dialect: "test", Kind: "Test", Name: d.Name()}, Reinvocation: engine.ReinvokeNever},
 			Mutate: func(_ context.Context, _ *engine.Request, obj map[string]any, _ *engine.Writer) (map[string]any, error) {
@@ -67,14 +72,17 @@ func TestCompileIsolated(t *testing.T) {
 		testObject("b-bad", map[string]any{"error": "no such thing"}),
 		testObject("c-warned", map[string]any{"warn": "this does nothing"}),
 		testObject("d-good", map[string]any{}),
+		// The Skipped fact decides, not the warning's wording.
+		testObject("e-skipped", map[string]any{"skip": "in conflict with another"}),
+		testObject("f-says-skipped", map[string]any{"warn": "a rule is skipped for Pods"}),
 	}
 	bundle, outcomes, _ := compileIsolated(loader, objs)
 	var served []string
 	for _, m := range bundle.Mutators {
 		served = append(served, m.ID.Name)
 	}
-	if got := strings.Join(served, ","); got != "c-warned,d-good" {
-		t.Errorf("served %s, want c-warned,d-good", got)
+	if got := strings.Join(served, ","); got != "c-warned,d-good,f-says-skipped" {
+		t.Errorf("served %s, want c-warned,d-good,f-says-skipped", got)
 	}
 	want := []struct {
 		ready           bool
@@ -84,6 +92,8 @@ func TestCompileIsolated(t *testing.T) {
 		{false, ReasonCompileError, `tests.test.morph.dev/b-bad: document 1 (Test "b-bad"): spec.error: no such thing`},
 		{true, ReasonCompiledWithWarnings, `tests.test.morph.dev/c-warned: document 1 (Test "c-warned"): this does nothing`},
 		{true, ReasonCompiled, ""},
+		{false, ReasonSkipped, "in conflict with another"},
+		{true, ReasonCompiledWithWarnings, `tests.test.morph.dev/f-says-skipped: document 1 (Test "f-says-skipped"): a rule is skipped for Pods`},
 	}
 	for i, w := range want {
 		o := outcomes[i]
