@@ -336,6 +336,12 @@ type Descriptor struct {
 	// MutateFirst asks, when objects are reconciled, that the policy's validation runs
 	// after mutation instead of before (Katalog mutateFirst).
 	MutateFirst bool
+	// Needs lists the cluster resources the policy reads besides the object under
+	// mutation: Namespaces (a namespaceSelector, namespaceObject), CustomResourceDefinitions
+	// (the scope or schema of custom kinds), the resource of its params. A cluster
+	// surface watches only what its loaded policies need (objects.NamespaceResource,
+	// objects.CRDResource); offline, the context objects given stand in for them.
+	Needs []schema.GroupVersionResource
 	// Stats, when set, are statistics the policy keeps, served by the webhook server.
 	Stats *Stats
 	// DescribeFailure, when set, words the log line of the policy's failure at admission

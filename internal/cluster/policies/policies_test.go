@@ -13,6 +13,7 @@ import (
 
 	"github.com/morph-dev/morph/internal/cluster/crds"
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 )
 
@@ -46,8 +47,12 @@ func (testDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			b.Skipped = append(b.Skipped, policy.Skipped{Doc: d, Reason: why})
 			continue
 		}
+		desc := engine.Descriptor{ID: engine.ID{Dialect: "test", Kind: "Test", Name: d.Name()}, Reinvocation: engine.ReinvokeNever}
+		if _, ok := spec["namespaceSelector"]; ok {
+			desc.Needs = []schema.GroupVersionResource{objects.NamespaceResource}
+		}
 		b.Mutators = append(b.Mutators, engine.Mutator{
-			Descriptor: engine.Descriptor{ID: engine.ID{Dialect: "test", Kind: "Test", Name: d.Name()}, Reinvocation: engine.ReinvokeNever},
+			Descriptor: desc,
 			Mutate: func(_ context.Context, _ *engine.Request, obj map[string]any, _ *engine.Writer) (map[string]any, error) {
 				return obj, nil
 			},

@@ -1,10 +1,13 @@
 package cel
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -20,6 +23,8 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
 )
 
 // Mutator is one compiled policy: a MutatingAdmissionPolicy with one of its bindings, or
@@ -56,6 +61,8 @@ type Mutator struct {
 	controllers         []controller
 	autogen             *admissionv1.MatchResources
 	exceptions          []boundException
+	// readsNamespace is set when the policy's expressions read namespaceObject.
+	readsNamespace bool
 }
 
 // compiled is the policy as the engine runs it.
@@ -74,6 +81,7 @@ func (m *Mutator) compiled() engine.Mutator {
 		// evaluation.mutateExisting.enabled: existing objects, matched by
 		// targetMatchConstraints (matchesTarget).
 		Existing: m.existing,
+		Needs:    m.needs(),
 	}
 	if m.timeout > 0 {
 		// Kyverno's webhookConfiguration.timeoutSeconds (10s by default), the evaluation
@@ -82,6 +90,54 @@ func (m *Mutator) compiled() engine.Mutator {
 		d.Timeout, d.TimeoutField = m.timeout, "webhookConfiguration.timeoutSeconds"
 	}
 	return engine.Mutator{Descriptor: d, Mutate: m.Mutate}
+}
+
+// needs lists what the policy reads from the cluster (engine.Descriptor.Needs): the
+// Namespaces for a namespaceSelector or namespaceObject, the CRDs for a resource rule
+// that names a custom resource (its kind and scope), the params' resource.
+func (m *Mutator) needs() []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	namespaces, crds := m.readsNamespace, false
+	builtin := objects.NewStore() // knows the built-in resources only
+	for _, c := range []*admissionv1.MatchResources{m.constraints, m.binding, m.targetConstraints, m.existingConstraints, m.autogen} {
+		if c == nil {
+			continue
+		}
+		if sel := c.NamespaceSelector; sel != nil && (len(sel.MatchLabels) > 0 || len(sel.MatchExpressions) > 0) {
+			namespaces = true
+		}
+		for _, rules := range [][]admissionv1.NamedRuleWithOperations{c.ResourceRules, c.ExcludeResourceRules} {
+			for _, r := range rules {
+				for _, g := range r.APIGroups {
+					for _, res := range r.Resources {
+						res, _, _ = strings.Cut(res, "/")
+						if _, ok := builtin.KindFor(g, res); !ok || g == "*" || res == "*" {
+							crds = true
+						}
+					}
+				}
+			}
+		}
+	}
+	if namespaces {
+		out = append(out, objects.NamespaceResource)
+	}
+	if crds {
+		out = append(out, objects.CRDResource)
+	}
+	if m.paramKind != nil {
+		if gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion); err == nil {
+			out = append(out, resolver{store: m.d.opts.Objects}.resourceFor(gv.WithKind(m.paramKind.Kind)))
+		}
+	}
+	return out
+}
+
+// mentionsNamespaceObject reports whether a policy document's spec reads the
+// namespaceObject variable (in any expression).
+func mentionsNamespaceObject(doc policy.Document) bool {
+	spec, err := json.Marshal(doc.Object["spec"])
+	return err == nil && bytes.Contains(spec, []byte(varNamespaceObject))
 }
 
 // matchesTarget reports whether an existing object is one this policy mutates in the
