@@ -14,7 +14,7 @@ func TestNeeds(t *testing.T) {
 	ns, crds := objects.NamespaceResource.String(), objects.CRDResource.String()
 	for _, tc := range []struct {
 		name, selector, group, resource, expression string
-		want                                         []string
+		want                                        []string
 	}{
 		{"pods", "", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, nil},
 		{"namespaceSelector", "{matchLabels: {team: a}}", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, []string{ns}},
