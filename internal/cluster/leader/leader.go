@@ -96,8 +96,6 @@ type Elector struct {
 	running context.Context
 	cancel  context.CancelFunc
 	wg      *sync.WaitGroup
-	// led is set when a term starts: the lease must be released when it ends.
-	led bool
 }
 
 type named struct {
@@ -210,13 +208,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		e.log.Info("standing for election")
 		le.Run(ctx) // returns when ctx ends or the lease is lost, after stop
-		e.mu.Lock()
-		led := e.led
-		e.led = false
-		e.mu.Unlock()
-		if led {
-			e.release(lock)
-		}
+		// The writers returned (stop waited for them): release the lease if it still
+		// names this replica, also when the term ended before its writers started.
+		e.release(lock)
 	}
 	return nil
 }
@@ -259,7 +253,6 @@ func (e *Elector) lead(ctx context.Context) {
 		return // the term ended before it started (client-go starts it on a goroutine)
 	}
 	e.leading.Store(true)
-	e.led = true
 	e.metrics.became(true)
 	e.log.Info("became the leader: starting the cluster writers", "writers", len(e.runnables))
 	term, cancel := context.WithCancel(ctx)
