@@ -93,11 +93,16 @@ func (m *Mutator) compiled() engine.Mutator {
 }
 
 // needs lists what the policy reads from the cluster (engine.Descriptor.Needs): the
-// Namespaces for a namespaceSelector or namespaceObject, the CRDs for a resource rule
+// Namespaces for a namespaceSelector or namespaceObject (in the policy or an exception
+// bound to it), the CRDs for a resource rule
 // that names a custom resource (its kind and scope), the params' resource.
 func (m *Mutator) needs() []schema.GroupVersionResource {
 	var out []schema.GroupVersionResource
 	namespaces, crds := m.readsNamespace, false
+	for _, e := range m.exceptions {
+		// An exception's matchConditions may read namespaceObject too.
+		namespaces = namespaces || mentionsNamespaceObject(e.doc)
+	}
 	builtin := objects.NewStore() // knows the built-in resources only
 	for _, c := range []*admissionv1.MatchResources{m.constraints, m.binding, m.targetConstraints, m.existingConstraints, m.autogen} {
 		if c == nil {

@@ -14,12 +14,23 @@ func TestNeeds(t *testing.T) {
 	ns, crds := objects.NamespaceResource.String(), objects.CRDResource.String()
 	for _, tc := range []struct {
 		name, selector, group, resource, expression string
+		exception                                   string
 		want                                        []string
 	}{
-		{"pods", "", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, nil},
-		{"namespaceSelector", "{matchLabels: {team: a}}", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, []string{ns}},
-		{"namespaceObject", "", "", "pods", `Object{metadata: Object.metadata{labels: {"team": namespaceObject.metadata.name}}}`, []string{ns}},
-		{"a custom resource", "", "example.com", "widgets", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, []string{crds}},
+		{"pods", "", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, "", nil},
+		{"namespaceSelector", "{matchLabels: {team: a}}", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, "", []string{ns}},
+		{"namespaceObject", "", "", "pods", `Object{metadata: Object.metadata{labels: {"team": namespaceObject.metadata.name}}}`, "", []string{ns}},
+		{"a custom resource", "", "example.com", "widgets", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, "", []string{crds}},
+		{"an exception reading namespaceObject", "", "", "pods", `Object{metadata: Object.metadata{labels: {"a": "b"}}}`, `
+---
+apiVersion: policies.kyverno.io/v1
+kind: PolicyException
+metadata: {name: e, namespace: kyverno}
+spec:
+  policyRefs: [{name: p, kind: MutatingPolicy}]
+  matchConditions:
+  - {name: team, expression: 'namespaceObject.metadata.name == "team-a"'}
+`, []string{ns}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			selector := ""
@@ -37,7 +48,7 @@ spec:
   - patchType: ApplyConfiguration
     applyConfiguration:
       expression: '%s'
-`, selector, tc.group, tc.resource, tc.expression)
+`, selector, tc.group, tc.resource, tc.expression) + tc.exception
 			docs, err := policy.Decode("policies/test.yaml", []byte(text))
 			if err != nil {
 				t.Fatal(err)
