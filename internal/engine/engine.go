@@ -348,6 +348,12 @@ type Descriptor struct {
 	// with mutation rules): in a cluster the leader evaluates every existing object of
 	// its Resources in reconcile mode (Request.Reconcile) and writes back what changed.
 	Reconciled bool
+	// Needs lists the cluster resources the policy reads besides the object under
+	// mutation: Namespaces (a namespaceSelector, namespaceObject), CustomResourceDefinitions
+	// (the scope or schema of custom kinds), the resource of its params. A cluster
+	// surface watches only what its loaded policies need (objects.NamespaceResource,
+	// objects.CRDResource); offline, the context objects given stand in for them.
+	Needs []schema.GroupVersionResource
 	// Stats, when set, are statistics the policy keeps, served by the webhook server.
 	Stats *Stats
 	// DescribeFailure, when set, words the log line of the policy's failure at admission

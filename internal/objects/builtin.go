@@ -2,6 +2,27 @@ package objects
 
 import "k8s.io/apimachinery/pkg/runtime/schema"
 
+// The resources of the context objects most policies read, as engine.Descriptor.Needs
+// names them.
+var (
+	NamespaceResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	CRDResource       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// BuiltinKind reports whether this package knows the scope of group and kind without a
+// CRD: one of the built-in kinds it lists.
+func BuiltinKind(group, kind string) bool {
+	if clusterScoped[schema.GroupKind{Group: group, Kind: kind}] {
+		return true
+	}
+	for gr, k := range builtinResources {
+		if gr.Group == group && k == kind {
+			return true
+		}
+	}
+	return false
+}
+
 // builtinResources maps the resources of the built-in kinds that policies name most to
 // their kinds. Resources not listed fall back to CRDs in the store.
 var builtinResources = map[schema.GroupResource]string{

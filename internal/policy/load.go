@@ -20,6 +20,17 @@ type Bundle struct {
 	// Warnings are load-time problems that did not reject a policy outright (a mutator
 	// skipped for a schema conflict, a rule that does nothing), each naming the policy.
 	Warnings []string
+	// Skipped are the policies that compiled but are not served (a Gatekeeper mutator
+	// in a schema conflict): the fact a surface acts on (the cluster's Ready=False,
+	// reason Skipped), where Warnings are the text for users.
+	Skipped []Skipped
+}
+
+// Skipped is a policy left out of a Bundle although it compiled: its document, and
+// why (the text of its warnings).
+type Skipped struct {
+	Doc    Document
+	Reason string
 }
 
 // Add appends another bundle's contents.
@@ -32,6 +43,7 @@ func (b *Bundle) Add(o *Bundle) {
 	b.Validators = append(b.Validators, o.Validators...)
 	b.Converters = append(b.Converters, o.Converters...)
 	b.Warnings = append(b.Warnings, o.Warnings...)
+	b.Skipped = append(b.Skipped, o.Skipped...)
 }
 
 // Dialect compiles the policy documents of one language.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,11 +67,13 @@ func TestClusterPolicies(t *testing.T) {
 	certDir := t.TempDir()
 	var addr string
 	var p *serveProcess
+	var client *serveClient
 	for try := 1; ; try++ {
 		addr = serveFreeAddr(t)
 		p = serveStart(t, bin, "serve", "--kubeconfig", c.KubeconfigPath(), "--leader-elect=false",
 			"--cert-dir", certDir, "--addr", addr, "--webhook-url", "https://"+addr, "--log-level", "debug")
-		if _, err := serveAwaitReady(p, addr, certDir); err == nil {
+		var err error
+		if client, err = serveAwaitReady(p, addr, certDir); err == nil {
 			break
 		} else if try >= serveStartTries || !p.log.contains("address already in use") {
 			t.Fatalf("morph serve --kubeconfig: %v\n%s", err, p.log)
@@ -114,6 +117,14 @@ func TestClusterPolicies(t *testing.T) {
 		if _, err := c.Dynamic.Resource(gvr).Create(t.Context(), obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
 			t.Fatalf("create %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
+		if obj.GetKind() == "Assign" {
+			// The Assign alone (first in the file) names its namespace, without a
+			// selector: morph watches no Namespaces for it.
+			clusterAwaitReady(t, c.Dynamic.Resource(gvr), obj.GetName(), "True", "")
+			if informers := clusterContextInformers(t, client, addr); slices.Contains(informers, "namespaces/v1") {
+				t.Errorf("with only an Assign without namespaceSelector loaded, morph watches %v; want no Namespaces", informers)
+			}
+		}
 		t.Cleanup(func() {
 			ctx, cancel := cleanupContext()
 			defer cancel()
@@ -127,6 +138,14 @@ func TestClusterPolicies(t *testing.T) {
 	} {
 		clusterAwaitReady(t, c.Dynamic.Resource(gvr), name, "True", "")
 	}
+
+	// The MutatingPolicy's namespaceSelector: now morph watches Namespaces.
+	clusterAwait(t, "a Namespace informer for the MutatingPolicy's namespaceSelector", func() error {
+		if informers := clusterContextInformers(t, client, addr); !slices.Contains(informers, "namespaces/v1") {
+			return fmt.Errorf("context informers %v", informers)
+		}
+		return nil
+	})
 
 	// Objects of each kind are mutated.
 	seq := 0
@@ -223,7 +242,24 @@ func TestClusterPolicies(t *testing.T) {
 		t.Errorf("with the MutatingPolicy broken, a new ConfigMap has data.team %q (error %v), want gatekeeper-v2", team, err)
 	}
 
-	// A deleted Assign mutates no more.
+	// morph's own registration (configuration morph) sends ConfigMaps to morph for the
+	// Assign, and Gadgets for the Katalog (Pods not: the MutatingPolicy is broken).
+	registered := func() ([]string, error) {
+		m, err := getMorphMutating(t)
+		if err != nil {
+			return nil, err
+		}
+		return mutatingResources(m), nil
+	}
+	mutateURL := "https://" + addr + "/mutate"
+	clusterAwait(t, "morph's registration of ConfigMaps and Gadgets", func() error {
+		if got, err := registered(); err != nil || !slices.Equal(got, []string{"configmaps@" + mutateURL, "gadgets@" + mutateURL}) {
+			return fmt.Errorf("registered %v, error %v", got, err)
+		}
+		return nil
+	})
+
+	// A deleted Assign mutates no more, and the rules narrow.
 	if err := assigns.Delete(t.Context(), "e2e-cluster-configmap-team", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +269,39 @@ func TestClusterPolicies(t *testing.T) {
 		}
 		return nil
 	})
+	clusterAwait(t, "the rules narrowed to Gadgets after the Assign's deletion", func() error {
+		if got, err := registered(); err != nil || !slices.Equal(got, []string{"gadgets@" + mutateURL}) {
+			return fmt.Errorf("registered %v, error %v", got, err)
+		}
+		return nil
+	})
+}
+
+// clusterContextInformers lists the resources of morph's context informers, from its
+// metric morph_cluster_context_informers (resource/version or resource.group/version).
+func clusterContextInformers(t *testing.T, client *serveClient, addr string) []string {
+	t.Helper()
+	resp, err := client.http.Get("https://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	var out []string
+	for line := range strings.Lines(string(body)) {
+		rest, ok := strings.CutPrefix(line, `morph_cluster_context_informers{resource="`)
+		if !ok {
+			continue
+		}
+		if resource, _, ok := strings.Cut(rest, `"`); ok {
+			out = append(out, resource)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func clusterDecode(t *testing.T, data []byte) []*unstructured.Unstructured {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -352,7 +353,9 @@ func countWrites(t *testing.T, m *clusterMorph) int {
 }
 
 // TestClusterFailover: two replicas serve; the leader registers; SIGKILL the leader
-// and the other registers within the lease duration and reverts a hand edit.
+// and the other takes the lease once it expired (never before: checked on the Lease's
+// timestamps), registers itself and reverts a hand edit; its shutdown releases the
+// lease. The takeover times are logged (docs/cluster.md, "Failover").
 func TestClusterFailover(t *testing.T) {
 	c := Current(t)
 	bin := serveBuildMorph(t)
@@ -385,14 +388,38 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a did not die within 30s of SIGKILL")
+	}
+	// a is dead: the Lease holds its last renewal.
+	dead, err := c.Kube.CoordinationV1().Leases(own.Name).Get(t.Context(), "morph", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	awaitRegistration(t, own.Name, 30*time.Second, "pods@"+b.url()+"/mutate")
-	took := time.Since(killed)
-	t.Logf("b registered itself %v after the leader was killed", took.Round(100*time.Millisecond))
-	// Lease duration 6s, retry 1s: the lease expires at most 6s after a's last renewal;
-	// b sees that at its next retry. 6s + 1s + the registration, with slack for a
-	// loaded machine.
-	if took > 15*time.Second {
-		t.Errorf("takeover took %v; want within the lease duration (6s) plus a retry", took)
+	registered := time.Now()
+	taken, err := c.Kube.CoordinationV1().Leases(own.Name).Get(t.Context(), "morph", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead.Spec.HolderIdentity == nil || taken.Spec.HolderIdentity == nil || *taken.Spec.HolderIdentity == *dead.Spec.HolderIdentity ||
+		dead.Spec.RenewTime == nil || taken.Spec.AcquireTime == nil || dead.Spec.LeaseDurationSeconds == nil {
+		t.Fatalf("lease before %+v, after %+v: want another holder with an acquireTime", dead.Spec, taken.Spec)
+	}
+	lastRenewal, acquired := dead.Spec.RenewTime.Time, taken.Spec.AcquireTime.Time
+	leaseDuration := time.Duration(*dead.Spec.LeaseDurationSeconds) * time.Second
+	// The figures of docs/cluster.md ("Failover, measured"); not asserted: they depend
+	// on the machine's load.
+	t.Logf("failover: a's last renewal %s; killed %v after it; b acquired %v after the last renewal (lease %v); b registered %v after the kill",
+		lastRenewal.Format(time.RFC3339Nano), killed.Sub(lastRenewal).Round(time.Millisecond),
+		acquired.Sub(lastRenewal).Round(time.Millisecond), leaseDuration, registered.Sub(killed).Round(100*time.Millisecond))
+	// The safety of the election, from the Lease's own timestamps (one host, one
+	// clock): a candidate acquires only once it has seen the record unchanged for the
+	// lease duration, so never less than that after the dead leader's last renewal.
+	if acquired.Sub(lastRenewal) < leaseDuration {
+		t.Errorf("b acquired the lease %v after a's last renewal, before the lease duration %v ran out", acquired.Sub(lastRenewal), leaseDuration)
 	}
 
 	// b reverts a hand edit.
@@ -501,5 +528,165 @@ func TestClusterCertificateRotation(t *testing.T) {
 	}
 	if len(serials) < 2 {
 		t.Errorf("saw %d serving certificate(s) in %v; want a rotation (validity 30s, renewed at 2/3)", len(serials), duration)
+	}
+}
+
+// pemCertificates parses every certificate of a PEM bundle.
+func pemCertificates(t *testing.T, bundle []byte) []*x509.Certificate {
+	t.Helper()
+	var out []*x509.Certificate
+	for rest := bundle; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return out
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatalf("caBundle: %v", err)
+		}
+		out = append(out, c)
+	}
+}
+
+// TestClusterCARoll: the CA of the certificate Secret is replaced (its key removed, as
+// when it is lost) while a client keeps sending admission requests, directly and through
+// the API server. The leader adds a new CA in front of the old one in the bundle and
+// keeps the serving certificate, which the old CA still vouches for; the webhook
+// configuration's caBundle follows (old and new CA during the overlap); the serving
+// certificate moves to the new CA at its next renewal (validity 30 s, renewed at two
+// thirds); no request fails throughout.
+func TestClusterCARoll(t *testing.T) {
+	c := Current(t)
+	bin := serveBuildMorph(t)
+	own := CreateNamespace(t, "e2e-cluster-morph-", nil)
+	ns := CreateNamespace(t, "e2e-cluster-caroll-", nil)
+	deleteClusterConfigs(t)
+	policies := clusterPolicies(t, "cluster/pods.yaml")
+	m := startClusterMorph(t, bin, policies, own.Name, "--cert-validity", "30s")
+	awaitRegistration(t, own.Name, 30*time.Second, "pods@"+m.url()+"/mutate")
+	secrets := c.Kube.CoreV1().Secrets(own.Name)
+	sec, err := secrets.Get(t.Context(), clusterSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCAs := pemCertificates(t, sec.Data["ca.crt"])
+	if len(oldCAs) != 1 {
+		t.Fatalf("the fresh Secret's bundle holds %d CAs, want 1", len(oldCAs))
+	}
+	oldCA := oldCAs[0]
+
+	const (
+		maxDuration = 90 * time.Second
+		maxRequests = 4000
+	)
+	var (
+		sent, failed       int
+		failures           []string
+		rolled             bool
+		newCA              *x509.Certificate
+		sawOverlap         bool // the webhook's caBundle held the old and the new CA
+		servedByNew        time.Time
+		servedSerials      = map[string]bool{}
+		issuers            = map[string]bool{}
+		deadline           = time.Now().Add(maxDuration)
+		rollAt             = time.Now().Add(3 * time.Second)
+		webhookCAs         int
+		lastBundle, lastCA []byte
+	)
+	for i := 0; i < maxRequests && time.Now().Before(deadline); i++ {
+		if !rolled && time.Now().After(rollAt) {
+			// Lose the CA's key: the leader must roll the CA.
+			err := poll(t.Context(), 10*time.Second, func() error {
+				sec, err := secrets.Get(t.Context(), clusterSecret, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				delete(sec.Data, "ca.key")
+				_, err = secrets.Update(t.Context(), sec, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatalf("removing ca.key: %v", err)
+			}
+			rolled = true
+			t.Logf("removed ca.key after %d requests", sent)
+		}
+		// The client trusts what the Secret's bundle holds now, as the API server
+		// trusts what the webhook configuration holds.
+		bundle, err := clusterCA(t, own.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(bundle, lastCA) {
+			lastCA = bundle
+			if cas := pemCertificates(t, bundle); rolled && newCA == nil && len(cas) == 2 && cas[1].Equal(oldCA) {
+				newCA = cas[0]
+				t.Logf("the Secret holds a new CA (%s) before the old one after %d requests", newCA.Subject.CommonName, sent)
+			}
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(bundle)
+		tlsConfig := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, TLSClientConfig: tlsConfig}}
+		conn, err := tls.Dial("tcp", m.addr, tlsConfig)
+		if err == nil {
+			leaf := conn.ConnectionState().PeerCertificates[0]
+			servedSerials[leaf.SerialNumber.String()] = true
+			issuers[string(leaf.AuthorityKeyId)] = true
+			if newCA != nil && servedByNew.IsZero() && bytes.Equal(leaf.AuthorityKeyId, newCA.SubjectKeyId) {
+				servedByNew = time.Now()
+				t.Logf("morph serves a certificate of the new CA after %d requests", sent)
+			}
+			_ = conn.Close()
+		}
+		sent++
+		if err == nil {
+			err = clusterMutate(client, m.url(), fmt.Sprintf("caroll-%d", i))
+		}
+		if err != nil {
+			failed++
+			failures = append(failures, err.Error())
+		}
+		// Through the API server: a Pod without morph's label means the call failed
+		// (the policy fails open).
+		if i%5 == 0 {
+			sent++
+			pod, err := c.Kube.CoreV1().Pods(ns.Name).Create(t.Context(), clusterPod(fmt.Sprintf("caroll-%d", i)), metav1.CreateOptions{})
+			if err == nil && pod.Labels["e2e.morph.dev/cluster"] != "registered" {
+				err = fmt.Errorf("pod %s created without morph's label", pod.Name)
+			}
+			if err != nil {
+				failed++
+				failures = append(failures, err.Error())
+			}
+			// The webhook configuration's caBundle.
+			if mut, err := getMorphMutating(t); err == nil && len(mut.Webhooks) > 0 && !bytes.Equal(mut.Webhooks[0].ClientConfig.CABundle, lastBundle) {
+				lastBundle = mut.Webhooks[0].ClientConfig.CABundle
+				cas := pemCertificates(t, lastBundle)
+				webhookCAs = len(cas)
+				if newCA != nil && len(cas) == 2 && cas[0].Equal(newCA) && cas[1].Equal(oldCA) {
+					sawOverlap = true
+					t.Logf("the webhook caBundle holds the new and the old CA after %d requests", sent)
+				}
+			}
+		}
+		// Done some seconds after morph serves the new CA's certificate.
+		if !servedByNew.IsZero() && time.Since(servedByNew) > 5*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d requests, %d failed, %d serving certificates of %d issuers seen; the webhook caBundle holds %d CAs at the end", sent, failed, len(servedSerials), len(issuers), webhookCAs)
+	if failed > 0 {
+		t.Errorf("%d of %d requests failed while the CA rolled; first: %s", failed, sent, failures[0])
+	}
+	switch {
+	case newCA == nil:
+		t.Errorf("the leader did not roll the CA within %v of losing its key", maxDuration)
+	case !sawOverlap:
+		t.Error("the webhook configuration's caBundle never held the new CA followed by the old one")
+	case servedByNew.IsZero():
+		t.Errorf("morph did not move to a certificate of the new CA within %v", maxDuration)
 	}
 }

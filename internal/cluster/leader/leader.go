@@ -4,12 +4,21 @@
 // leader writes.
 //
 // Writers are Runnables added to an Elector. While this replica leads, each runs in
-// its own goroutine with a context that ends the moment the lease is lost (or the
-// process shuts down); a Runnable that returns an error while still leading is run
-// again after a pause. After losing the lease the replica stands for election again,
-// so another replica takes over within the lease duration and this one may lead later.
-// Shutdown releases the lease (ReleaseOnCancel) so that a successor need not wait for
-// it to expire.
+// its own goroutine with a context that ends the moment the lease is lost (client-go
+// gives up renewing) or the process shuts down; a Runnable that returns an error while
+// still leading is run again after a pause. After losing the lease the replica stands
+// for election again, and this one may lead later.
+//
+// The lease is released (its holder cleared, so that a successor need not wait for it
+// to expire) only after every writer of the term returned: client-go's ReleaseOnCancel
+// releases before OnStoppedLeading runs, while writes may still be in flight, so the
+// Elector does not use it and releases the lease itself, on shutdown and after a lost
+// renewal.
+//
+// When a leader dies without releasing, a candidate acquires the lease once it has
+// seen the same record unchanged for the lease duration (client-go measures from its
+// own observation, polled every retry period with jitter): see docs/cluster.md for the
+// bounds.
 package leader
 
 import (
@@ -23,6 +32,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -176,11 +186,12 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   e.cfg.LeaseDuration,
-			RenewDeadline:   e.cfg.RenewDeadline,
-			RetryPeriod:     e.cfg.RetryPeriod,
-			ReleaseOnCancel: true,
+			Lock:          lock,
+			LeaseDuration: e.cfg.LeaseDuration,
+			RenewDeadline: e.cfg.RenewDeadline,
+			RetryPeriod:   e.cfg.RetryPeriod,
+			// Not ReleaseOnCancel: release, below, waits for the writers.
+			ReleaseOnCancel: false,
 			Name:            e.cfg.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: e.lead,
@@ -196,9 +207,42 @@ func (e *Elector) Run(ctx context.Context) error {
 			return fmt.Errorf("leader election: %w", err)
 		}
 		e.log.Info("standing for election")
-		le.Run(ctx) // returns when ctx ends or the lease is lost
+		le.Run(ctx) // returns when ctx ends or the lease is lost, after stop
+		// The writers returned (stop waited for them): release the lease if it still
+		// names this replica, also when the term ended before its writers started.
+		e.release(lock)
 	}
 	return nil
+}
+
+// release clears the Lease's holder when it still names this replica, as client-go's
+// ReleaseOnCancel does (a one-second lease, holder empty, so that any candidate may
+// acquire at once), but only after the writers stopped (stop waited for them).
+func (e *Elector) release(lock *resourcelock.LeaseLock) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewDeadline)
+	defer cancel()
+	for range 3 { // a conflict with our own last renewal is retried
+		old, _, err := lock.Get(ctx)
+		if err != nil {
+			e.log.Warn("could not release the lease; it expires by itself", "error", err)
+			return
+		}
+		if old.HolderIdentity != e.cfg.Identity {
+			return
+		}
+		now := metav1.NewTime(time.Now())
+		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions: old.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+		})
+		if err == nil {
+			e.log.Info("released the lease")
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			e.log.Warn("could not release the lease; it expires by itself", "error", err)
+			return
+		}
+	}
 }
 
 // lead starts a term: every Runnable runs under ctx, which ends with the term.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -209,5 +210,95 @@ func TestConfigChecks(t *testing.T) {
 		if _, err := New(tc.cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", tc.name, tc.cfg)
 		}
+	}
+}
+
+// slowWriter is a Runnable whose last write is still in flight for a while after its
+// context ended: it returns only then.
+type slowWriter struct {
+	started  chan string
+	returned atomic.Bool
+	inFlight time.Duration
+}
+
+func (w *slowWriter) Run(ctx context.Context) error {
+	w.started <- "started"
+	<-ctx.Done()
+	time.Sleep(w.inFlight) // a write under way when the term ended
+	w.returned.Store(true)
+	return nil
+}
+
+// releases watches the Lease updates that clear the holder (a release) and records
+// whether one came while the writer had not returned.
+func releases(client *fake.Clientset, w *slowWriter) (released <-chan struct{}, early *atomic.Bool) {
+	ch := make(chan struct{}, 10)
+	early = &atomic.Bool{}
+	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		lease, ok := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if ok && (lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "") {
+			if !w.returned.Load() {
+				early.Store(true)
+			}
+			ch <- struct{}{}
+		}
+		return false, nil, nil
+	})
+	return ch, early
+}
+
+func TestShutdownReleasesTheLeaseOnlyAfterTheWritersReturned(t *testing.T) {
+	client := fake.NewClientset()
+	w := &slowWriter{started: make(chan string, 10), inFlight: 300 * time.Millisecond}
+	released, early := releases(client, w)
+	e, err := New(fastConfig(client, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Add("slow", w)
+	stop := startElector(t, e)
+	receive(t, w.started, "the writer starting")
+	stop()
+	select {
+	case <-released:
+	default:
+		t.Fatal("shutdown did not release the lease")
+	}
+	if early.Load() {
+		t.Error("the lease was released while a writer's write was still in flight")
+	}
+}
+
+func TestALostLeaseStopsTheWritersBeforeAnyRelease(t *testing.T) {
+	client := fake.NewClientset()
+	w := &slowWriter{started: make(chan string, 10), inFlight: 300 * time.Millisecond}
+	// Renewals fail; a release (holder cleared) goes through.
+	var failRenewals atomic.Bool
+	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		lease, ok := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if failRenewals.Load() && ok && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == "a" {
+			return true, nil, errors.New("the API server is unreachable")
+		}
+		return false, nil, nil
+	})
+	released, early := releases(client, w) // prepended: runs before the failing reactor
+	e, err := New(fastConfig(client, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Add("slow", w)
+	startElector(t, e)
+	receive(t, w.started, "the writer starting")
+	failRenewals.Store(true)
+	select {
+	case <-released:
+	case <-time.After(wait):
+		t.Fatalf("the lost lease was not released within %v", wait)
+	}
+	if early.Load() {
+		t.Error("the lease was released while the writer still ran")
+	}
+	if !w.returned.Load() {
+		t.Error("the writer had not returned when the lease was released")
 	}
 }

@@ -66,6 +66,12 @@ func compileIsolated(loader *policy.Loader, objs []policyObject) (*policy.Bundle
 			break
 		}
 	}
+	skipped := map[int][]string{}
+	for _, sk := range bundle.Skipped {
+		if i, ok := byFile[sk.Doc.File]; ok {
+			skipped[i] = append(skipped[i], sk.Reason)
+		}
+	}
 	outcomes := make([]Outcome, len(objs))
 	for i, o := range objs {
 		out := Outcome{Ref: o.ref, Generation: o.gen, Ready: true, Reason: ReasonCompiled}
@@ -78,8 +84,8 @@ func compileIsolated(loader *policy.Loader, objs []policyObject) (*policy.Bundle
 		switch {
 		case len(failed[i]) > 0:
 			out.Ready, out.Reason, out.Message = false, ReasonCompileError, strings.Join(failed[i], "\n")
-		case len(warnings) > 0 && skipped(warnings):
-			out.Ready, out.Reason, out.Message = false, ReasonSkipped, strings.Join(warnings, "\n")
+		case len(skipped[i]) > 0:
+			out.Ready, out.Reason, out.Message = false, ReasonSkipped, strings.Join(skipped[i], "\n")
 		case len(warnings) > 0:
 			out.Reason, out.Message = ReasonCompiledWithWarnings, strings.Join(warnings, "\n")
 		}
@@ -123,15 +129,4 @@ func failAlone(loader *policy.Loader, objs []policyObject, failed map[int][]stri
 // mutator in conflict as "Kind "name" (file: document N)").
 func mentions(warning string, d policy.Document) bool {
 	return strings.HasPrefix(warning, d.Where()) || strings.Contains(warning, d.File+": document ")
-}
-
-// skipped reports whether a warning says the policy is left out (Gatekeeper's schema
-// conflicts: "these mutators are skipped until they agree").
-func skipped(warnings []string) bool {
-	for _, w := range warnings {
-		if strings.Contains(w, " skipped") {
-			return true
-		}
-	}
-	return false
 }

@@ -15,6 +15,9 @@ type metrics struct {
 	policies     *prometheus.GaugeVec
 	statusWrites *prometheus.CounterVec
 	events       *prometheus.CounterVec
+	// contextInformers is 1 for each resource whose objects morph watches beyond
+	// the policies (the loaded policies' needs, resource.Get).
+	contextInformers *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -40,12 +43,16 @@ func newMetrics() *metrics {
 			Name: "morph_cluster_events_total",
 			Help: "Events emitted, by reason.",
 		}, []string{"reason"}),
+		contextInformers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "morph_cluster_context_informers",
+			Help: "Resources whose objects morph watches for its policies (namespaceSelector, CRD schemas, params, resource.Get), by resource: 1 once started.",
+		}, []string{"resource"}),
 	}
 	return m
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.loads, m.loadSeconds, m.policies, m.statusWrites, m.events} {
+	for _, c := range []prometheus.Collector{m.loads, m.loadSeconds, m.policies, m.statusWrites, m.events, m.contextInformers} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering the cluster metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/morph-dev/morph/internal/cluster/crds"
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -43,8 +44,17 @@ func (testDialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 		if w, ok := spec["warn"].(string); ok {
 			b.Warnings = append(b.Warnings, d.Where()+": "+w)
 		}
+		if why, ok := spec["skip"].(string); ok {
+			b.Warnings = append(b.Warnings, d.Where()+": "+why)
+			b.Skipped = append(b.Skipped, policy.Skipped{Doc: d, Reason: why})
+			continue
+		}
+		desc := engine.Descriptor{ID: engine.ID{Dialect: "test", Kind: "Test", Name: d.Name()}, Reinvocation: engine.ReinvokeNever}
+		if _, ok := spec["namespaceSelector"]; ok {
+			desc.Needs = []schema.GroupVersionResource{objects.NamespaceResource}
+		}
 		b.Mutators = append(b.Mutators, engine.Mutator{
-			Descriptor: engine.Descriptor{ID: engine.ID{Dialect: "test", Kind: "Test", Name: d.Name()}, Reinvocation: engine.ReinvokeNever},
+			Descriptor: desc,
 			Mutate: func(_ context.Context, _ *engine.Request, obj map[string]any, _ *engine.Writer) (map[string]any, error) {
 				return obj, nil
 			},
@@ -69,14 +79,17 @@ func TestCompileIsolated(t *testing.T) {
 		testObject("b-bad", map[string]any{"error": "no such thing"}),
 		testObject("c-warned", map[string]any{"warn": "this does nothing"}),
 		testObject("d-good", map[string]any{}),
+		// The Skipped fact decides, not the warning's wording.
+		testObject("e-skipped", map[string]any{"skip": "in conflict with another"}),
+		testObject("f-says-skipped", map[string]any{"warn": "a rule is skipped for Pods"}),
 	}
 	bundle, outcomes, _ := compileIsolated(loader, objs)
 	var served []string
 	for _, m := range bundle.Mutators {
 		served = append(served, m.ID.Name)
 	}
-	if got := strings.Join(served, ","); got != "c-warned,d-good" {
-		t.Errorf("served %s, want c-warned,d-good", got)
+	if got := strings.Join(served, ","); got != "c-warned,d-good,f-says-skipped" {
+		t.Errorf("served %s, want c-warned,d-good,f-says-skipped", got)
 	}
 	want := []struct {
 		ready           bool
@@ -86,6 +99,8 @@ func TestCompileIsolated(t *testing.T) {
 		{false, ReasonCompileError, `tests.test.morph.dev/b-bad: document 1 (Test "b-bad"): spec.error: Invalid value: no such thing`},
 		{true, ReasonCompiledWithWarnings, `tests.test.morph.dev/c-warned: document 1 (Test "c-warned"): this does nothing`},
 		{true, ReasonCompiled, ""},
+		{false, ReasonSkipped, "in conflict with another"},
+		{true, ReasonCompiledWithWarnings, `tests.test.morph.dev/f-says-skipped: document 1 (Test "f-says-skipped"): a rule is skipped for Pods`},
 	}
 	for i, w := range want {
 		o := outcomes[i]

@@ -60,13 +60,12 @@ func (s *Source) resourceInformer(ctx context.Context, apiVersion, resource stri
 		return nil, fmt.Errorf("apiVersion %q: %w", apiVersion, err)
 	}
 	s.mu.Lock()
-	stop := s.stop
-	s.mu.Unlock()
-	if stop == nil {
+	if s.stop == nil {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("reading %s %s: the cluster source is not started", apiVersion, resource)
 	}
-	inf := s.factory.ForResource(gv.WithResource(strings.ToLower(resource))).Informer()
-	s.factory.Start(stop)
+	inf := s.startInformer(gv.WithResource(strings.ToLower(resource)))
+	s.mu.Unlock()
 	if !inf.HasSynced() && !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil, fmt.Errorf("reading %s %s: the cache did not sync in time (does the resource exist, and may morph list and watch it?)", apiVersion, resource)
 	}

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -35,11 +37,16 @@ import (
 	"github.com/morph-dev/morph/internal/webhook"
 )
 
-// Resources of the context objects every cluster source watches.
+// Resources of the context objects most policies read.
 var (
-	crdResource       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	namespaceResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	crdResource       = objects.CRDResource
+	namespaceResource = objects.NamespaceResource
 )
+
+// maxNeedRounds bounds the compilations of one Load: each round after the first runs
+// because the one before found a need not watched yet (a CRD informer can reveal
+// custom kinds whose policies then need more).
+const maxNeedRounds = 3
 
 // Options configure a Source.
 type Options struct {
@@ -100,14 +107,22 @@ type Source struct {
 	metrics *metrics
 	factory dynamicinformer.DynamicSharedInformerFactory
 
-	crdInformer, nsInformer cache.SharedIndexInformer
+	// kindCRDs watch the CRD of each policy kind, by name (a field selector): the
+	// source learns which policy kinds exist without watching every CRD.
+	kindCRDs map[string]cache.SharedIndexInformer
 
 	// generation counts changes seen by the informers: the fingerprint.
 	generation atomic.Uint64
 
 	mu sync.Mutex // guards the fields below
 	// watched maps each policy kind whose CRD exists to the version it is read at.
-	watched   map[schema.GroupKind]watchedKind
+	watched map[schema.GroupKind]watchedKind
+	// context are the informers of context objects, started for the loaded policies'
+	// needs (engine.Descriptor.Needs) or on a first resource.Get; needed marks those of
+	// needs, whose changes recompile the policies and whose objects the dialects read
+	// from the snapshot's store.
+	context   map[schema.GroupVersionResource]cache.SharedIndexInformer
+	needed    map[schema.GroupVersionResource]bool
 	outcomes  map[types.UID]Outcome
 	listeners []chan struct{}
 	// stop is the informers' stop channel, once started.
@@ -139,16 +154,21 @@ func New(opts Options) (*Source, error) {
 		log:      opts.Logger,
 		metrics:  newMetrics(),
 		factory:  dynamicinformer.NewDynamicSharedInformerFactory(opts.Client, opts.Resync),
+		kindCRDs: map[string]cache.SharedIndexInformer{},
 		watched:  map[schema.GroupKind]watchedKind{},
+		context:  map[schema.GroupVersionResource]cache.SharedIndexInformer{},
+		needed:   map[schema.GroupVersionResource]bool{},
 		outcomes: map[types.UID]Outcome{},
 	}
-	s.crdInformer = s.factory.ForResource(crdResource).Informer()
-	s.nsInformer = s.factory.ForResource(namespaceResource).Informer()
-	if _, err := s.crdInformer.AddEventHandler(s.handler(s.crdChanged)); err != nil {
-		return nil, err
-	}
-	if _, err := s.nsInformer.AddEventHandler(s.handler(nil)); err != nil {
-		return nil, err
+	for _, k := range opts.Kinds {
+		name := k.CRDName()
+		inf := dynamicinformer.NewFilteredDynamicInformer(opts.Client, crdResource, "", opts.Resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}).Informer()
+		if _, err := inf.AddEventHandler(s.handler(s.crdChanged)); err != nil {
+			return nil, err
+		}
+		s.kindCRDs[name] = inf
 	}
 	return s, nil
 }
@@ -212,20 +232,25 @@ func (s *Source) cached(r Ref) (*unstructured.Unstructured, bool) {
 	return u, true
 }
 
-// Start starts the informers of the context objects, then one informer per policy kind
-// whose CRD exists, and waits until their caches are synced (or ctx ends). Kinds whose
-// CRD appears later are watched from then on.
+// Start starts the informers of the policy kinds' CRDs, then one informer per policy
+// kind whose CRD exists, and waits until their caches are synced (or ctx ends). Kinds
+// whose CRD appears later are watched from then on. Context objects are watched from
+// the first Load that needs them.
 func (s *Source) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.stop = ctx.Done()
 	s.mu.Unlock()
-	s.factory.Start(ctx.Done())
+	var crdsSynced []cache.InformerSynced
+	for _, inf := range s.kindCRDs {
+		go inf.Run(ctx.Done())
+		crdsSynced = append(crdsSynced, inf.HasSynced)
+	}
 	// The informers run until ctx ends; the first lists must come within SyncTimeout.
 	wait, cancel := context.WithTimeoutCause(ctx, s.opts.SyncTimeout,
-		fmt.Errorf("no answer within %v: is the API server reachable, and may morph list and watch CustomResourceDefinitions, Namespaces and the policy kinds? (see docs/cluster.md)", s.opts.SyncTimeout))
+		fmt.Errorf("no answer within %v: is the API server reachable, and may morph list and watch CustomResourceDefinitions and the policy kinds? (see docs/cluster.md)", s.opts.SyncTimeout))
 	defer cancel()
-	if !cache.WaitForCacheSync(wait.Done(), s.crdInformer.HasSynced, s.nsInformer.HasSynced) {
-		return fmt.Errorf("waiting for the CustomResourceDefinition and Namespace caches: %w", context.Cause(wait))
+	if !cache.WaitForCacheSync(wait.Done(), crdsSynced...) {
+		return fmt.Errorf("waiting for the CustomResourceDefinitions of the policy kinds: %w", context.Cause(wait))
 	}
 	s.crdChanged()
 	s.factory.Start(ctx.Done())
@@ -263,8 +288,12 @@ func (s *Source) crdChanged() {
 		if _, ok := s.watched[k.GroupKind()]; ok {
 			continue
 		}
-		obj, ok, err := s.crdInformer.GetStore().GetByKey(k.CRDName())
-		if err != nil || !ok {
+		inf, ok := s.kindCRDs[k.CRDName()]
+		if !ok {
+			continue
+		}
+		obj, found, err := inf.GetStore().GetByKey(k.CRDName())
+		if err != nil || !found {
 			continue
 		}
 		crd, _ := obj.(*unstructured.Unstructured)
@@ -285,12 +314,12 @@ func (s *Source) crdChanged() {
 			s.log.Info("watching policies", "crd", k.CRDName(), "version", version)
 		}
 		gvr := schema.GroupVersionResource{Group: k.Group, Version: version, Resource: k.Plural}
-		inf := s.factory.ForResource(gvr).Informer()
-		if _, err := inf.AddEventHandler(s.policyHandler()); err != nil {
+		policies := s.factory.ForResource(gvr).Informer()
+		if _, err := policies.AddEventHandler(s.policyHandler()); err != nil {
 			s.log.Error("cannot watch policies", "crd", k.CRDName(), "error", err)
 			continue
 		}
-		s.watched[k.GroupKind()] = watchedKind{kind: k, version: version, informer: inf}
+		s.watched[k.GroupKind()] = watchedKind{kind: k, version: version, informer: policies}
 	}
 }
 
@@ -314,15 +343,20 @@ func servedVersion(crd *unstructured.Unstructured, k crds.Kind) (string, bool) {
 	return "", false
 }
 
-// Namespaces finds Namespaces in the informer's cache, for webhook.Options.Namespaces.
-func (s *Source) Namespaces() webhook.NamespaceLookup {
-	return namespaceLookup{s.nsInformer.GetStore()}
-}
+// Namespaces finds Namespaces in the informer's cache, for webhook.Options.Namespaces:
+// none while no loaded policy needs Namespaces (their informer is not started).
+func (s *Source) Namespaces() webhook.NamespaceLookup { return namespaceLookup{s} }
 
-type namespaceLookup struct{ store cache.Store }
+type namespaceLookup struct{ s *Source }
 
 func (n namespaceLookup) Namespace(name string) (map[string]any, bool) {
-	obj, ok, err := n.store.GetByKey(name)
+	n.s.mu.Lock()
+	inf, ok := n.s.context[namespaceResource]
+	n.s.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	obj, ok, err := inf.GetStore().GetByKey(name)
 	if err != nil || !ok {
 		return nil, false
 	}
@@ -349,27 +383,153 @@ type policyObject struct {
 // Load compiles every policy in the caches. A policy that does not compile is left
 // out, its error recorded as its Outcome; the others are served. Load fails only when
 // nothing can be read.
+//
+// The dialects read the context objects the policies need (engine.Descriptor.Needs)
+// from the store Load gives them: when a compilation needs a resource not watched yet,
+// Load starts its informer, waits for its cache and compiles again.
 func (s *Source) Load() (*webhook.Snapshot, error) {
 	start := time.Now()
-	store := objects.NewStore()
-	for _, o := range s.crdInformer.GetStore().List() {
-		if u, ok := o.(*unstructured.Unstructured); ok {
-			withKind(u, "apiextensions.k8s.io/v1", "CustomResourceDefinition")
-			_ = store.Add(u.Object) // a CRD from the API server has apiVersion, kind, name
-		}
-	}
-	for _, o := range s.nsInformer.GetStore().List() {
-		if u, ok := o.(*unstructured.Unstructured); ok {
-			withKind(u, "v1", "Namespace")
-			_ = store.Add(u.Object)
-		}
-	}
 	objs := s.policyObjects()
-	loader := s.opts.NewLoader(store)
-	bundle, outcomes, notes := compileIsolated(loader, objs)
+	var (
+		store    *objects.Store
+		bundle   *policy.Bundle
+		outcomes []Outcome
+		notes    []string
+	)
+	for round := 1; ; round++ {
+		store = s.contextStore()
+		bundle, outcomes, notes = compileIsolated(s.opts.NewLoader(store), objs)
+		if round == maxNeedRounds || !s.watchNeeds(bundle) {
+			break
+		}
+	}
 	s.record(outcomes)
 	s.metrics.observeLoad(outcomes, time.Since(start))
 	return &webhook.Snapshot{Bundle: bundle, Namespaces: store, Notes: notes}, nil
+}
+
+// contextStore is the store of the context objects the loaded policies need: CRDs
+// first, so that the kinds of the others are known.
+func (s *Source) contextStore() *objects.Store {
+	store := objects.NewStore()
+	s.mu.Lock()
+	var gvrs []schema.GroupVersionResource
+	for gvr := range s.needed {
+		gvrs = append(gvrs, gvr)
+	}
+	informers := maps.Clone(s.context)
+	s.mu.Unlock()
+	slices.SortFunc(gvrs, func(a, b schema.GroupVersionResource) int {
+		switch {
+		case a == b:
+			return 0
+		case a == crdResource:
+			return -1
+		case b == crdResource:
+			return 1
+		}
+		return strings.Compare(a.String(), b.String())
+	})
+	for _, gvr := range gvrs {
+		for _, o := range informers[gvr].GetStore().List() {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			if u.GetKind() == "" {
+				// Objects in a list lack apiVersion and kind.
+				kind, ok := store.KindFor(gvr.Group, gvr.Resource)
+				if !ok {
+					continue
+				}
+				u = u.DeepCopy()
+				withKind(u, gvr.GroupVersion().String(), kind)
+			}
+			_ = store.Add(u.Object) // an object from the API server has apiVersion, kind, name
+		}
+	}
+	return store
+}
+
+// watchNeeds starts the informers of what the bundle's policies need and no informer
+// watches for them yet, and waits for their caches (within SyncTimeout). It reports
+// whether it started any: the policies must then be compiled again.
+func (s *Source) watchNeeds(b *policy.Bundle) bool {
+	var needs []schema.GroupVersionResource
+	for _, m := range b.Mutators {
+		needs = append(needs, m.Needs...)
+	}
+	for _, v := range b.Validators {
+		needs = append(needs, v.Needs...)
+	}
+	for _, c := range b.Converters {
+		needs = append(needs, c.Needs...)
+	}
+	var synced []cache.InformerSynced
+	for _, gvr := range needs {
+		if inf, added := s.need(gvr); added {
+			synced = append(synced, inf.HasSynced)
+		}
+	}
+	if len(synced) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	stop := s.stop
+	s.mu.Unlock()
+	wait, cancel := context.WithTimeout(context.Background(), s.opts.SyncTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-wait.Done():
+		}
+	}()
+	if !cache.WaitForCacheSync(wait.Done(), synced...) {
+		s.log.Error("the context objects the policies need did not load in time; may morph list and watch them? (see docs/cluster.md)", "timeout", s.opts.SyncTimeout)
+	}
+	return true
+}
+
+// need makes gvr a need: its informer is started (when not yet) and its changes
+// recompile the policies. added is false when it was a need already.
+func (s *Source) need(gvr schema.GroupVersionResource) (inf cache.SharedIndexInformer, added bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.needed[gvr] {
+		return nil, false
+	}
+	s.needed[gvr] = true
+	inf = s.startInformer(gvr)
+	if _, err := inf.AddEventHandler(s.handler(nil)); err != nil {
+		s.log.Error("cannot watch context objects", "resource", gvr.String(), "error", err)
+	}
+	s.log.Info("watching context objects a policy needs", "resource", resourceName(gvr))
+	return inf, true
+}
+
+// startInformer returns the informer of gvr, started. Called with mu held.
+func (s *Source) startInformer(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	inf, ok := s.context[gvr]
+	if !ok {
+		inf = s.factory.ForResource(gvr).Informer()
+		s.context[gvr] = inf
+		s.metrics.contextInformers.WithLabelValues(resourceName(gvr)).Set(1)
+	}
+	if s.stop != nil {
+		s.factory.Start(s.stop)
+	}
+	return inf
+}
+
+// resourceName is gvr as a metric label and in logs: resource.group/version, or
+// resource/version for the core group.
+func resourceName(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Resource + "/" + gvr.Version
+	}
+	return gvr.Resource + "." + gvr.Group + "/" + gvr.Version
 }
 
 // withKind sets apiVersion and kind, which objects in a list lack.

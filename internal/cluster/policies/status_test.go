@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,6 +19,9 @@ import (
 	"github.com/morph-dev/morph/internal/objects"
 	"github.com/morph-dev/morph/internal/policy"
 )
+
+// wait bounds the waits of these tests for an informer; none asserts a duration.
+const wait = 20 * time.Second
 
 // newTestSource serves testKind from a fake client holding its CRD and the objects.
 func newTestSource(t *testing.T, objs ...*unstructured.Unstructured) (*Source, *dynamicfake.FakeDynamicClient) {
@@ -129,5 +133,74 @@ func TestResourceReads(t *testing.T) {
 	list, err := src.List(t.Context(), "v1", "configmaps", "other")
 	if err != nil || len(list) != 0 {
 		t.Errorf("List in another namespace: %v, %v", list, err)
+	}
+}
+
+// TestContextInformersFollowTheNeeds: the source watches Namespaces only once a loaded
+// policy needs them (engine.Descriptor.Needs), never every CRD (only its policy kinds'
+// CRDs, by name), and serves the Namespaces it then reads.
+func TestContextInformersFollowTheNeeds(t *testing.T) {
+	src, client := newTestSource(t, testPolicy("plain", map[string]any{}))
+	if _, err := client.Resource(namespaceResource).Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team-a", "labels": map[string]any{"team": "a"}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reads := func(resource string) (n int) {
+		for _, a := range client.Actions() {
+			if a.GetResource().Resource == resource && (a.GetVerb() == "list" || a.GetVerb() == "watch") {
+				n++
+			}
+		}
+		return n
+	}
+	snap, err := src.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := reads("namespaces"); n != 0 {
+		t.Errorf("%d lists or watches of Namespaces while no policy needs them", n)
+	}
+	if _, ok := snap.Namespaces.Namespace("team-a"); ok {
+		t.Error("the snapshot has Namespaces no policy needs")
+	}
+	for _, a := range client.Actions() {
+		if a.GetResource() != crdResource || (a.GetVerb() != "list" && a.GetVerb() != "watch") {
+			continue
+		}
+		var fs string
+		switch a := a.(type) {
+		case clienttesting.ListAction:
+			fs = a.GetListRestrictions().Fields.String()
+		case clienttesting.WatchAction:
+			fs = a.GetWatchRestrictions().Fields.String()
+		}
+		if fs != "metadata.name="+testKind.CRDName() {
+			t.Errorf("%s of CRDs with field selector %q: want only the policy kind's CRD", a.GetVerb(), fs)
+		}
+	}
+
+	// A policy with a namespaceSelector: Load watches Namespaces and compiles with them.
+	if _, err := client.Resource(testKind.Resource()).Create(t.Context(), testPolicy("selective", map[string]any{"namespaceSelector": "team=a"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for len(src.policyObjects()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new policy did not reach the cache within %v", wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if snap, err = src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads("namespaces"); n == 0 {
+		t.Error("Namespaces are not watched although a loaded policy needs them")
+	}
+	if _, ok := snap.Namespaces.Namespace("team-a"); !ok {
+		t.Error("the snapshot compiled after the need lacks the Namespaces")
+	}
+	if _, ok := src.Namespaces().Namespace("team-a"); !ok {
+		t.Error("the request lookup does not find the watched Namespace")
 	}
 }

@@ -110,84 +110,81 @@ func (c *Configs) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook configurations: %w", err)
 	}
-	return errors.Join(c.syncMutating(ctx, mutating), c.syncValidating(ctx, validating))
-}
-
-func (c *Configs) syncMutating(ctx context.Context, want *admissionregistrationv1.MutatingWebhookConfiguration) (err error) {
-	defer c.count(objectMutating, &err)
-	if want != nil {
-		for i := range want.Webhooks {
-			want.Webhooks[i].ObjectSelector = objectSelector(want.Webhooks[i].ObjectSelector)
+	if mutating != nil {
+		for i := range mutating.Webhooks {
+			mutating.Webhooks[i].ObjectSelector = objectSelector(mutating.Webhooks[i].ObjectSelector)
 		}
 	}
-	api := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	have, err := c.mutating.Get(c.Options.Name)
+	if validating != nil {
+		for i := range validating.Webhooks {
+			validating.Webhooks[i].ObjectSelector = objectSelector(validating.Webhooks[i].ObjectSelector)
+		}
+	}
+	type (
+		mwc = admissionregistrationv1.MutatingWebhookConfiguration
+		vwc = admissionregistrationv1.ValidatingWebhookConfiguration
+	)
+	api := c.Client.AdmissionregistrationV1()
+	return errors.Join(
+		syncConfig(ctx, c, configKind[*mwc, admissionregistrationv1.MutatingWebhook]{
+			object: objectMutating, kind: "MutatingWebhookConfiguration", api: api.MutatingWebhookConfigurations(), cached: c.mutating,
+			webhooks: func(m *mwc) *[]admissionregistrationv1.MutatingWebhook { return &m.Webhooks }, deepCopy: (*mwc).DeepCopy,
+		}, mutating, mutating != nil),
+		syncConfig(ctx, c, configKind[*vwc, admissionregistrationv1.ValidatingWebhook]{
+			object: objectValidating, kind: "ValidatingWebhookConfiguration", api: api.ValidatingWebhookConfigurations(), cached: c.validating,
+			webhooks: func(v *vwc) *[]admissionregistrationv1.ValidatingWebhook { return &v.Webhooks }, deepCopy: (*vwc).DeepCopy,
+		}, validating, validating != nil))
+}
+
+// configKind is what syncConfig needs to know of one kind of webhook configuration,
+// T, whose webhooks are of type W.
+type configKind[T metav1.Object, W any] struct {
+	object, kind string // metric label, kind for messages
+	api          interface {
+		Create(context.Context, T, metav1.CreateOptions) (T, error)
+		Update(context.Context, T, metav1.UpdateOptions) (T, error)
+		Delete(context.Context, string, metav1.DeleteOptions) error
+	}
+	cached   interface{ Get(name string) (T, error) }
+	webhooks func(T) *[]W // the configuration's webhooks field
+	deepCopy func(T) T
+}
+
+// syncConfig brings the configuration of kind k named c.Options.Name to want: created
+// when missing, deleted when want is nil (no policy needs it), updated when its webhooks
+// or morph's labels differ. It reads what exists from the informer's cache.
+func syncConfig[T metav1.Object, W any](ctx context.Context, c *Configs, k configKind[T, W], want T, wanted bool) (err error) {
+	defer c.count(k.object, &err)
+	have, err := k.cached.Get(c.Options.Name)
 	switch {
-	case apierrors.IsNotFound(err) && want == nil:
+	case apierrors.IsNotFound(err) && !wanted:
 		return nil
 	case apierrors.IsNotFound(err):
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", want.Name, err)
+		if _, err := k.api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating %s %s: %w", k.kind, want.GetName(), err)
 		}
-		c.wrote(objectMutating, "create", "webhooks", len(want.Webhooks))
+		c.wrote(k.object, "create", "webhooks", len(*k.webhooks(want)))
 		return nil
 	case err != nil:
 		return err
-	case want == nil:
-		if err := api.Delete(ctx, have.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting MutatingWebhookConfiguration %s, which no policy needs: %w", have.Name, err)
+	case !wanted:
+		uid := have.GetUID()
+		if err := k.api.Delete(ctx, have.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s, which no policy needs: %w", k.kind, have.GetName(), err)
 		}
-		c.wrote(objectMutating, "delete")
+		c.wrote(k.object, "delete")
 		return nil
 	}
-	if apiequality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) && hasLabels(have.Labels) {
+	if apiequality.Semantic.DeepEqual(*k.webhooks(have), *k.webhooks(want)) && hasLabels(have.GetLabels()) {
 		return nil
 	}
-	update := have.DeepCopy()
-	update.Webhooks, update.Labels = want.Webhooks, withLabels(have.Labels)
-	if _, err := api.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", have.Name, err)
+	update := k.deepCopy(have)
+	*k.webhooks(update) = *k.webhooks(want)
+	update.SetLabels(withLabels(have.GetLabels()))
+	if _, err := k.api.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating %s %s: %w", k.kind, have.GetName(), err)
 	}
-	c.wrote(objectMutating, "update", "webhooks", len(want.Webhooks))
-	return nil
-}
-
-func (c *Configs) syncValidating(ctx context.Context, want *admissionregistrationv1.ValidatingWebhookConfiguration) (err error) {
-	defer c.count(objectValidating, &err)
-	if want != nil {
-		for i := range want.Webhooks {
-			want.Webhooks[i].ObjectSelector = objectSelector(want.Webhooks[i].ObjectSelector)
-		}
-	}
-	api := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	have, err := c.validating.Get(c.Options.Name)
-	switch {
-	case apierrors.IsNotFound(err) && want == nil:
-		return nil
-	case apierrors.IsNotFound(err):
-		if _, err := api.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", want.Name, err)
-		}
-		c.wrote(objectValidating, "create", "webhooks", len(want.Webhooks))
-		return nil
-	case err != nil:
-		return err
-	case want == nil:
-		if err := api.Delete(ctx, have.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting ValidatingWebhookConfiguration %s, which no policy needs: %w", have.Name, err)
-		}
-		c.wrote(objectValidating, "delete")
-		return nil
-	}
-	if apiequality.Semantic.DeepEqual(have.Webhooks, want.Webhooks) && hasLabels(have.Labels) {
-		return nil
-	}
-	update := have.DeepCopy()
-	update.Webhooks, update.Labels = want.Webhooks, withLabels(have.Labels)
-	if _, err := api.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", have.Name, err)
-	}
-	c.wrote(objectValidating, "update", "webhooks", len(want.Webhooks))
+	c.wrote(k.object, "update", "webhooks", len(*k.webhooks(want)))
 	return nil
 }
 

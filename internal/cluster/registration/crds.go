@@ -43,6 +43,7 @@ func WantedCRDs(b *policy.Bundle) []string {
 // CRDCABundles keeps spec.conversion.webhook.clientConfig.caBundle of the CRDs that
 // WantedCRDs names equal to the CA bundle (spec 003's updateCRD): at start, on every
 // event of such a CRD (a watch), and every Resync (30 s, the spec's safety ticker). It
+// watches CRDs from the first snapshot that wants a caBundle, not before. It
 // patches only the caBundle: a CRD whose conversion is not a webhook with a clientConfig
 // is reported and left alone, as is a CRD that does not exist (yet).
 type CRDCABundles struct {
@@ -72,6 +73,15 @@ func (c *CRDCABundles) Run(ctx context.Context) error {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}
+	// CRDs are watched only once a loaded policy asks for a caBundle.
+	changed := c.Policies.Changed()
+	for !c.wantsAny() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
 	factory := apiextensionsinformers.NewSharedInformerFactory(c.Client, 0)
 	informer := factory.Apiextensions().V1().CustomResourceDefinitions()
 	t := newTrigger()
@@ -97,6 +107,12 @@ func (c *CRDCABundles) Run(ctx context.Context) error {
 		c.Log.Error("CRD caBundle update failed; retrying", "error", err)
 	})
 	return nil
+}
+
+// wantsAny reports whether the current snapshot wants the caBundle of some CRD.
+func (c *CRDCABundles) wantsAny() bool {
+	snap := c.Policies.Current()
+	return snap != nil && len(WantedCRDs(snap.Bundle)) > 0
 }
 
 func (c *CRDCABundles) wanted(name string) bool {

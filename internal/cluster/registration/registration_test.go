@@ -240,14 +240,20 @@ func TestConfigsWriteNothingWhenInSync(t *testing.T) {
 			t.Errorf("webhook %s has no objectSelector; the API server defaults it to {} and a diff would loop", m.Webhooks[i].Name)
 		}
 	}
-	client.ClearActions()
-	policies.Loaded(policies.Current())
-	time.Sleep(200 * time.Millisecond)
-	for _, a := range client.Actions() {
-		if v := a.GetVerb(); v != "list" && v != "watch" && v != "get" {
-			t.Errorf("in sync, the reconciler wrote: %s %s", v, a.GetResource().Resource)
+	// Until the informer saw the create, a reconcile may create again (and fail with
+	// AlreadyExists); once it saw it, a reconcile writes nothing. A diff between what
+	// is written and what is read back would write on every round.
+	eventually(t, "a reconcile that writes nothing", func() error {
+		client.ClearActions()
+		policies.Loaded(policies.Current())
+		time.Sleep(200 * time.Millisecond)
+		for _, a := range client.Actions() {
+			if v := a.GetVerb(); v != "list" && v != "watch" && v != "get" {
+				return fmt.Errorf("in sync, the reconciler wrote: %s %s", v, a.GetResource().Resource)
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func crd(name string, webhookConversion bool, bundle []byte) *apiextensionsv1.CustomResourceDefinition {
@@ -325,6 +331,50 @@ func TestCRDCABundles(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCRDCABundlesWatchOnlyWhenWanted: no CRD is listed or watched while no loaded
+// policy asks for a caBundle; the first one that does starts the watch.
+func TestCRDCABundlesWatchOnlyWhenWanted(t *testing.T) {
+	client := apiextensionsfake.NewClientset(crd("cronjobs.demo.orkestra.io", true, nil))
+	policies := &Policies{}
+	policies.Loaded(snapshot(&policy.Bundle{})) // no converter
+	c := &CRDCABundles{Client: client, CA: ca, Policies: policies, Resync: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	reads := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+				n++
+			}
+		}
+		return n
+	}
+	// Another snapshot without converters: still nothing watched.
+	policies.Loaded(snapshot(&policy.Bundle{}))
+	time.Sleep(100 * time.Millisecond) // gives a wrongly started informer time to list
+	if n := reads(); n != 0 {
+		t.Fatalf("%d lists or watches of CRDs while no policy wants a caBundle", n)
+	}
+	policies.Loaded(snapshot(&policy.Bundle{Converters: []engine.Converter{
+		converter(schema.GroupKind{Group: "demo.orkestra.io", Kind: "CronJob"}, "cronjobs.demo.orkestra.io"),
+	}}))
+	eventually(t, "the caBundle is patched once wanted", func() error {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), "cronjobs.demo.orkestra.io", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if string(got.Spec.Conversion.Webhook.ClientConfig.CABundle) != string(ca) {
+			return fmt.Errorf("caBundle %q", got.Spec.Conversion.Webhook.ClientConfig.CABundle)
+		}
+		return nil
+	})
+	if reads() == 0 {
+		t.Error("the caBundle was patched without a CRD watch")
+	}
 }
 
 func TestWantedCRDs(t *testing.T) {

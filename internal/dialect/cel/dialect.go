@@ -184,6 +184,8 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 			paramKind:   p.Spec.ParamKind,
 			paramRef:    bd.Spec.ParamRef,
 			reinvoke:    reinvocationOf(p.Spec.ReinvocationPolicy),
+			// namespaceObject is read by the policy's or the binding's expressions.
+			readsNamespace: mentionsNamespaceObject(entry.doc) || mentionsNamespaceObject(doc),
 		}
 		m.targets = resolver{store: d.opts.Objects}.targetsOf(p.Spec.MatchConstraints.ResourceRules, *p.Spec.MatchConstraints.MatchPolicy == admissionv1.Equivalent)
 		b.Mutators = append(b.Mutators, m.compiled())
@@ -372,6 +374,7 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		timeout:   defaultTimeout,
 
 		skipBackground: true,
+		readsNamespace: mentionsNamespaceObject(doc),
 	}
 	if namespaced {
 		m.id.Namespace = doc.Namespace()

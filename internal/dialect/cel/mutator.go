@@ -1,10 +1,13 @@
 package cel
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -20,6 +23,8 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
+	"github.com/morph-dev/morph/internal/policy"
 )
 
 // Mutator is one compiled policy: a MutatingAdmissionPolicy with one of its bindings, or
@@ -61,6 +66,8 @@ type Mutator struct {
 
 	// skipBackground is evaluation.skipBackgroundRequests (default true).
 	skipBackground bool
+	// readsNamespace is set when the policy's expressions read namespaceObject.
+	readsNamespace bool
 }
 
 // compiled is the policy as the engine runs it.
@@ -76,6 +83,7 @@ func (m *Mutator) compiled() engine.Mutator {
 		FailurePolicy: fp,
 		// evaluation.admission.enabled false keeps a Kyverno policy out of admission.
 		AdmissionOff: m.kyverno && !m.admission,
+		Needs:        m.needs(),
 	}
 	if m.existing {
 		// evaluation.mutateExisting.enabled: existing objects, triggered and selected
@@ -89,6 +97,59 @@ func (m *Mutator) compiled() engine.Mutator {
 		d.Timeout, d.TimeoutField = m.timeout, "webhookConfiguration.timeoutSeconds"
 	}
 	return engine.Mutator{Descriptor: d, Mutate: m.Mutate}
+}
+
+// needs lists what the policy reads from the cluster (engine.Descriptor.Needs): the
+// Namespaces for a namespaceSelector or namespaceObject (in the policy or an exception
+// bound to it), the CRDs for a resource rule
+// that names a custom resource (its kind and scope), the params' resource.
+func (m *Mutator) needs() []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	namespaces, crds := m.readsNamespace, false
+	for _, e := range m.exceptions {
+		// An exception's matchConditions may read namespaceObject too.
+		namespaces = namespaces || mentionsNamespaceObject(e.doc)
+	}
+	builtin := objects.NewStore() // knows the built-in resources only
+	for _, c := range []*admissionv1.MatchResources{m.constraints, m.binding, m.targetConstraints, m.autogen} {
+		if c == nil {
+			continue
+		}
+		if sel := c.NamespaceSelector; sel != nil && (len(sel.MatchLabels) > 0 || len(sel.MatchExpressions) > 0) {
+			namespaces = true
+		}
+		for _, rules := range [][]admissionv1.NamedRuleWithOperations{c.ResourceRules, c.ExcludeResourceRules} {
+			for _, r := range rules {
+				for _, g := range r.APIGroups {
+					for _, res := range r.Resources {
+						res, _, _ = strings.Cut(res, "/")
+						if _, ok := builtin.KindFor(g, res); !ok || g == "*" || res == "*" {
+							crds = true
+						}
+					}
+				}
+			}
+		}
+	}
+	if namespaces {
+		out = append(out, objects.NamespaceResource)
+	}
+	if crds {
+		out = append(out, objects.CRDResource)
+	}
+	if m.paramKind != nil {
+		if gv, err := schema.ParseGroupVersion(m.paramKind.APIVersion); err == nil {
+			out = append(out, resolver{store: m.d.opts.Objects}.resourceFor(gv.WithKind(m.paramKind.Kind)))
+		}
+	}
+	return out
+}
+
+// mentionsNamespaceObject reports whether a policy document's spec reads the
+// namespaceObject variable (in any expression).
+func mentionsNamespaceObject(doc policy.Document) bool {
+	spec, err := json.Marshal(doc.Object["spec"])
+	return err == nil && bytes.Contains(spec, []byte(varNamespaceObject))
 }
 
 // anyOperation copies match constraints with every rule's operations set to "*": an

@@ -91,11 +91,11 @@ func implied(m *mutator) []struct {
 	return out
 }
 
-// findConflicts returns, for every mutator in conflict, and the warnings that explain
-// them. Two mutators conflict when they imply different types for the same path of the
+// findConflicts returns every mutator in conflict, with the warnings that concern it,
+// and all the warnings. Two mutators conflict when they imply different types for the same path of the
 // same group/version/kind (Gatekeeper's schema conflict): such a pair could never
 // converge, so both are skipped while the others keep working.
-func findConflicts(ms []*mutator) (map[*mutator]bool, []string) {
+func findConflicts(ms []*mutator) (map[*mutator][]string, []string) {
 	type key struct {
 		gvk schema.GroupVersionKind
 		op  engine.Operation
@@ -133,7 +133,7 @@ func findConflicts(ms []*mutator) (map[*mutator]bool, []string) {
 			}
 		}
 	}
-	bad := map[*mutator]bool{}
+	bad := map[*mutator][]string{}
 	var warnings []string
 	reported := map[string]bool{}
 	for _, k := range order {
@@ -150,7 +150,6 @@ func findConflicts(ms []*mutator) (map[*mutator]bool, []string) {
 		}
 		var parts []string
 		for _, c := range cs {
-			bad[c.m] = true
 			parts = append(parts, fmt.Sprintf("%s %q (%s: document %d) treats it as %s", c.m.id.Kind, c.m.id.Name, c.m.doc.File, c.m.doc.Index, c.t))
 		}
 		slices.Sort(parts)
@@ -160,6 +159,11 @@ func findConflicts(ms []*mutator) (map[*mutator]bool, []string) {
 		if !reported[msg] {
 			reported[msg] = true
 			warnings = append(warnings, msg)
+			for _, c := range cs {
+				if !slices.Contains(bad[c.m], msg) {
+					bad[c.m] = append(bad[c.m], msg)
+				}
+			}
 		}
 	}
 	return bad, warnings

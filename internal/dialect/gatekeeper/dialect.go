@@ -127,10 +127,12 @@ func (d *Dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 	b := &policy.Bundle{Warnings: warnings}
 	var kept []*mutator
 	for _, m := range ms {
-		if !bad[m] {
-			kept = append(kept, m)
-			b.Mutators = append(b.Mutators, m.compiled())
+		if why, skipped := bad[m]; skipped {
+			b.Skipped = append(b.Skipped, policy.Skipped{Doc: m.doc, Reason: strings.Join(why, "\n")})
+			continue
 		}
+		kept = append(kept, m)
+		b.Mutators = append(b.Mutators, m.compiled())
 	}
 	usesExternal := slices.ContainsFunc(kept, func(m *mutator) bool { return m.external != nil })
 	if usesExternal {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -567,6 +568,18 @@ func TestSchemaConflicts(t *testing.T) {
 			}
 			if len(b.Mutators) != len(tc.docs)-len(tc.skipped) {
 				t.Errorf("kept %v", kept)
+			}
+			// Each skipped mutator is a policy.Skipped fact naming its document.
+			var skipped []string
+			for _, sk := range b.Skipped {
+				skipped = append(skipped, sk.Doc.Name())
+				if tc.warn != "" && !strings.Contains(sk.Reason, tc.warn) {
+					t.Errorf("%s skipped for %q, want %q", sk.Doc.Name(), sk.Reason, tc.warn)
+				}
+			}
+			slices.Sort(skipped)
+			if want := slices.Sorted(slices.Values(tc.skipped)); !slices.Equal(skipped, want) {
+				t.Errorf("Bundle.Skipped names %v, want %v", skipped, want)
 			}
 			if tc.warn == "" {
 				if len(b.Warnings) != 0 {

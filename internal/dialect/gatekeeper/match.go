@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/morph-dev/morph/internal/engine"
 	"github.com/morph-dev/morph/internal/match"
 	"github.com/morph-dev/morph/internal/objects"
@@ -51,6 +53,29 @@ type matcher struct {
 	source      engine.Source
 	store       *objects.Store
 	kindsGlobal bool // kinds absent, or some entry matching every group and kind
+}
+
+// needs lists what matching reads from the cluster (engine.Descriptor.Needs): the
+// Namespace of the object for namespaceSelector, and the CRD of a custom kind whose
+// scope decides the scope and namespace criteria (an object without a namespace is
+// cluster-scoped or not by its CRD).
+func (m *matcher) needs(targets []engine.Target) []schema.GroupVersionResource {
+	if m == nil {
+		return nil
+	}
+	var out []schema.GroupVersionResource
+	if m.nsSelector != nil {
+		out = append(out, objects.NamespaceResource)
+	}
+	if m.scope != "" || len(m.namespaces) > 0 || len(m.excluded) > 0 || m.nsSelector != nil {
+		for _, t := range targets {
+			if t.Group == "*" || t.Kind == "*" || !objects.BuiltinKind(t.Group, t.Kind) {
+				out = append(out, objects.CRDResource)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func parseMatch(f fields, v any, store *objects.Store) (*matcher, error) {

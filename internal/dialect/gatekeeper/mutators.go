@@ -50,6 +50,7 @@ func (m *mutator) compiled() engine.Mutator {
 		Targets:       m.targets,
 		Reinvocation:  engine.ReinvokeIfNeeded,
 		FailurePolicy: m.failure,
+		Needs:         m.match.needs(m.targets),
 	}
 	return engine.Mutator{Descriptor: d, Mutate: m.mutate}
 }

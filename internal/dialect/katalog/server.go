@@ -4,6 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/objects"
 )
 
 // StatsRoute is the route under which the webhook server serves an entry's statistics
@@ -23,9 +24,11 @@ func (m *Mutator) compiled() engine.Mutator {
 	t := e.APITypes
 	return engine.Mutator{
 		Descriptor: engine.Descriptor{
-			ID:              e.id,
-			Targets:         []engine.Target{{Group: t.Group, Version: t.Version, Kind: t.Kind, Operations: e.operations}},
-			Resources:       []schema.GroupVersionResource{t.GroupVersionResource()},
+			ID:        e.id,
+			Targets:   []engine.Target{{Group: t.Group, Version: t.Version, Kind: t.Kind, Operations: e.operations}},
+			Resources: []schema.GroupVersionResource{t.GroupVersionResource()},
+			// The custom resource's CRD types the defaults (schemaType).
+			Needs:           []schema.GroupVersionResource{objects.CRDResource},
 			Reinvocation:    engine.ReinvokeNever,
 			FailurePolicy:   engine.FailIgnore,
 			AdmissionOff:    !e.Webhook.Mutation,
