@@ -27,8 +27,9 @@ type Options struct {
 	Types TypeConverterSource
 	// Resources answers resource.Get/List; nil answers from Objects.
 	Resources ResourceReader
-	// GlobalContext answers globalContext.Get; nil answers from Objects.
-	GlobalContext GlobalContextReader
+	// GlobalContext supplies the GlobalContextEntries globalContext.Get reads; nil
+	// answers from Objects.
+	GlobalContext GlobalContextSource
 	// ImageData answers image.getMetadata; nil answers from the Kyverno CLI Context
 	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects.
 	ImageData ImageDataReader
@@ -71,7 +72,7 @@ func newDialect(opts Options) *dialect {
 	if opts.Resources != nil {
 		resources = opts.Resources
 	}
-	var global GlobalContextReader = store
+	var global GlobalContextSource = store
 	if opts.GlobalContext != nil {
 		global = opts.GlobalContext
 	}
@@ -79,11 +80,12 @@ func newDialect(opts Options) *dialect {
 	if opts.ImageData != nil {
 		images = opts.ImageData
 	}
+	caller := newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout)
 	d.hosts = kyvernoHosts{
 		resources: resourceHost{r: resources, store: opts.Objects},
-		global:    globalHost{r: global},
+		global:    newGlobalResolver(global, caller),
 		images:    imageHost{r: images},
-		http:      newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout),
+		http:      caller,
 	}
 	return d
 }

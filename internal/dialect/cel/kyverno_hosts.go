@@ -74,13 +74,6 @@ func (h resourceHost) ToGVR(apiVersion, kind string) (*schema.GroupVersionResour
 	return &gvr, nil
 }
 
-// globalHost adapts a GlobalContextReader to the sdk's globalContext library.
-type globalHost struct{ r GlobalContextReader }
-
-func (h globalHost) GetGlobalReference(name, projection string) (any, error) {
-	return h.r.GlobalContext(context.Background(), name, projection)
-}
-
 // imageHost adapts an ImageDataReader to the sdk's imagedata library.
 type imageHost struct{ r ImageDataReader }
 
