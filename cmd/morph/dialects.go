@@ -24,7 +24,8 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 		}),
 		cel.New(cel.Options{
 			Objects:        store,
-			Resources:      opts.resources,
+			Resources:      opts.cluster.resources,
+			GlobalContext:  opts.cluster.globalContext,
 			HTTPAllowHosts: opts.httpAllowHosts,
 			KyvernoCLI:     opts.kyvernoCLI,
 		}),
@@ -61,5 +62,9 @@ func addDialectCommands(root *cobra.Command, opts *dialectOptions, newLoader fun
 	root.AddCommand(generate)
 }
 
-// resourceReader answers CEL resource.Get/List (in a cluster: informers).
-type resourceReader = cel.ResourceReader
+// clusterReaders answer the CEL libraries that read cluster objects, in cluster mode:
+// resource.Get/List and globalContext.Get (informers and the API server).
+type clusterReaders struct {
+	resources     cel.ResourceReader
+	globalContext cel.GlobalContextSource
+}

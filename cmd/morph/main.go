@@ -83,8 +83,9 @@ type dialectOptions struct {
 	allowExternalData   bool
 	mutationAnnotations bool
 	httpAllowHosts      []string
-	// resources answers CEL resource.Get/List in a cluster (nil: the context store).
-	resources resourceReader
+	// cluster answers CEL resource.Get/List and globalContext.Get in a cluster (zero:
+	// the context store).
+	cluster clusterReaders
 	// kyvernoCLI asks for the Kyverno CLI's conventions (morph test's kyverno-test.yaml).
 	kyvernoCLI bool
 }
@@ -108,9 +109,9 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	addMaxInputFlag(root)
 
 	newLoader := func(store *objects.Store) *policy.Loader { return newDialects(store, opts) }
-	newClusterLoader := func(store *objects.Store, r resourceReader) *policy.Loader {
+	newClusterLoader := func(store *objects.Store, r clusterReaders) *policy.Loader {
 		o := *opts
-		o.resources = r
+		o.cluster = r
 		return newDialects(store, &o)
 	}
 	root.AddCommand(

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/morph-dev/morph/internal/cluster/globalcontext"
 	"github.com/morph-dev/morph/internal/cluster/leader"
 	"github.com/morph-dev/morph/internal/cluster/policies"
 	"github.com/morph-dev/morph/internal/engine"
@@ -82,12 +83,17 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)
 	}
+	// GlobalContextEntries and what they cache come from the API server too.
+	gctx := globalcontext.New(dyn, kube.Discovery().RESTClient())
+	gctx.Start(ctx)
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
 		Client: dyn,
 		// The dialects read cluster objects through the source's informers.
-		NewLoader: func(store *objects.Store) *policy.Loader { return o.cluster.newLoader(store, src) },
-		Logger:    log.With("component", "policies"),
+		NewLoader: func(store *objects.Store) *policy.Loader {
+			return o.cluster.newLoader(store, clusterReaders{resources: src, globalContext: gctx})
+		},
+		Logger: log.With("component", "policies"),
 	})
 	if err != nil {
 		return err
