@@ -119,9 +119,10 @@ func TestGlobalContext(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		// The namespace holds kube-root-ca.crt and team-source.
-		if l["e2e.morph.dev/team"] != "PLATFORM" || l["e2e.morph.dev/configmaps"] != "2" {
-			return fmt.Errorf("labels %v, want e2e.morph.dev/team=PLATFORM and e2e.morph.dev/configmaps=2", l)
+		// The namespace holds team-source only (the test's control plane runs no
+		// controller that would add kube-root-ca.crt).
+		if l["e2e.morph.dev/team"] != "PLATFORM" || l["e2e.morph.dev/configmaps"] != "1" {
+			return fmt.Errorf("labels %v, want e2e.morph.dev/team=PLATFORM and e2e.morph.dev/configmaps=1", l)
 		}
 		return nil
 	})
@@ -142,8 +143,8 @@ func TestGlobalContext(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if l["e2e.morph.dev/team"] != "PAYMENTS" || l["e2e.morph.dev/configmaps"] != "3" {
-			return fmt.Errorf("labels %v, want e2e.morph.dev/team=PAYMENTS and e2e.morph.dev/configmaps=3", l)
+		if l["e2e.morph.dev/team"] != "PAYMENTS" || l["e2e.morph.dev/configmaps"] != "2" {
+			return fmt.Errorf("labels %v, want e2e.morph.dev/team=PAYMENTS and e2e.morph.dev/configmaps=2", l)
 		}
 		return nil
 	})

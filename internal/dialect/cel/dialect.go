@@ -207,6 +207,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 	for _, doc := range kyverno {
 		m, es := d.compileKyverno(doc)
 		errs = append(errs, es...)
+		b.Warnings = append(b.Warnings, autogenWarnings(doc)...)
 		if m == nil {
 			continue
 		}
