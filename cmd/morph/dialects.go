@@ -23,11 +23,12 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 			AllowExternalData:   opts.allowExternalData,
 		}),
 		cel.New(cel.Options{
-			Objects:        store,
-			Resources:      opts.cluster.resources,
-			GlobalContext:  opts.cluster.globalContext,
-			HTTPAllowHosts: opts.httpAllowHosts,
-			KyvernoCLI:     opts.kyvernoCLI,
+			Objects:            store,
+			Resources:          opts.cluster.resources,
+			GlobalContext:      opts.cluster.globalContext,
+			HTTPAllowHosts:     opts.httpAllowHosts,
+			RegistryAllowHosts: opts.registryAllowHosts,
+			KyvernoCLI:         opts.kyvernoCLI,
 		}),
 		katalog.New(katalog.Options{Objects: store}),
 	)

@@ -83,6 +83,7 @@ type dialectOptions struct {
 	allowExternalData   bool
 	mutationAnnotations bool
 	httpAllowHosts      []string
+	registryAllowHosts  []string
 	// cluster answers CEL resource.Get/List and globalContext.Get in a cluster (zero:
 	// the context store).
 	cluster clusterReaders
@@ -106,6 +107,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	pf.BoolVar(&opts.allowExternalData, "allow-external-data", false, "let Gatekeeper mutators call their ExternalDataProviders (off by default offline)")
 	pf.BoolVar(&opts.mutationAnnotations, "mutation-annotations", false, "add Gatekeeper's gatekeeper.sh/mutation-id and gatekeeper.sh/mutations annotations")
 	pf.StringSliceVar(&opts.httpAllowHosts, "allow-http-host", nil, "hosts CEL http.Get/http.Post may call (none by default)")
+	pf.StringSliceVar(&opts.registryAllowHosts, "allow-registry", nil, "registries (host or host:port) CEL image.getMetadata may read, anonymously, for images the --context files do not describe (none by default)")
 	addMaxInputFlag(root)
 
 	newLoader := func(store *objects.Store) *policy.Loader { return newDialects(store, opts) }

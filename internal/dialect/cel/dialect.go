@@ -31,12 +31,17 @@ type Options struct {
 	// answers from Objects.
 	GlobalContext GlobalContextSource
 	// ImageData answers image.getMetadata; nil answers from the Kyverno CLI Context
-	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects.
+	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects, then from the
+	// registries of RegistryAllowHosts.
 	ImageData ImageDataReader
 	// HTTPAllowHosts lists the hosts (host or host:port) http.Get/Post may call; empty
 	// turns the http library off.
 	HTTPAllowHosts []string
-	// HTTPTimeout bounds each http.Get/Post call (default 10s).
+	// RegistryAllowHosts lists the registries (host or host:port, as in the image
+	// reference) image.getMetadata may read when the context objects do not hold the
+	// image's data; empty reads none.
+	RegistryAllowHosts []string
+	// HTTPTimeout bounds each http.Get/Post call and registry read (default 10s).
 	HTTPTimeout time.Duration
 	// KyvernoCLI follows the Kyverno CLI's conventions instead of the cluster's, for
 	// suites written for `kyverno test` (see testconventions.go).
@@ -76,7 +81,7 @@ func newDialect(opts Options) *dialect {
 	if opts.GlobalContext != nil {
 		global = opts.GlobalContext
 	}
-	var images ImageDataReader = store
+	var images ImageDataReader = imageDataReader{store: store, allow: opts.RegistryAllowHosts, timeout: opts.HTTPTimeout}
 	if opts.ImageData != nil {
 		images = opts.ImageData
 	}
