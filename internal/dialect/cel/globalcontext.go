@@ -60,7 +60,10 @@ func newGlobalResolver(src GlobalContextSource, h *httpCaller) *globalResolver {
 // data (projection "") or one of its projections. A missing entry is nil, so that
 // globalContext.get answers null.
 func (g *globalResolver) GetGlobalReference(name, projection string) (any, error) {
-	ctx := context.Background()
+	// The sdk's interface carries no context: bound the reads (a first informer sync,
+	// an API call) as the http library's calls are bounded.
+	ctx, cancel := context.WithTimeout(context.Background(), g.http.timeout)
+	defer cancel()
 	entry, err := g.src.GlobalContextEntry(ctx, name)
 	if err != nil || entry == nil {
 		return nil, err
