@@ -26,6 +26,7 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 			Objects:            store,
 			Resources:          opts.cluster.resources,
 			GlobalContext:      opts.cluster.globalContext,
+			APICalls:           opts.cluster.apiCalls,
 			HTTPAllowHosts:     opts.httpAllowHosts,
 			RegistryAllowHosts: opts.registryAllowHosts,
 			KyvernoCLI:         opts.kyvernoCLI,
@@ -68,4 +69,12 @@ func addDialectCommands(root *cobra.Command, opts *dialectOptions, newLoader fun
 type clusterReaders struct {
 	resources     cel.ResourceReader
 	globalContext cel.GlobalContextSource
+	// apiCalls keeps GlobalContextEntry apiCall answers across reloads.
+	apiCalls *cel.APICallCache
+}
+
+// newClusterReaders returns the readers of cluster mode for GlobalContextEntries from
+// global, with one apiCall cache for every reload; the caller sets resources.
+func newClusterReaders(global cel.GlobalContextSource) clusterReaders {
+	return clusterReaders{globalContext: global, apiCalls: cel.NewAPICallCache()}
 }

@@ -86,12 +86,15 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	// GlobalContextEntries and what they cache come from the API server too.
 	gctx := globalcontext.New(dyn, kube.Discovery().RESTClient())
 	gctx.Start(ctx)
+	readers := newClusterReaders(gctx)
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
 		Client: dyn,
 		// The dialects read cluster objects through the source's informers.
 		NewLoader: func(store *objects.Store) *policy.Loader {
-			return o.cluster.newLoader(store, clusterReaders{resources: src, globalContext: gctx})
+			r := readers
+			r.resources = src
+			return o.cluster.newLoader(store, r)
 		},
 		Logger: log.With("component", "policies"),
 	})

@@ -30,6 +30,9 @@ type Options struct {
 	// GlobalContext supplies the GlobalContextEntries globalContext.Get reads; nil
 	// answers from Objects.
 	GlobalContext GlobalContextSource
+	// APICalls keeps GlobalContextEntry apiCall answers across dialects built one after
+	// the other (nil: this dialect's own).
+	APICalls *APICallCache
 	// ImageData answers image.getMetadata; nil answers from the Kyverno CLI Context
 	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects, then from the
 	// registries of RegistryAllowHosts.
@@ -88,7 +91,7 @@ func newDialect(opts Options) *dialect {
 	caller := newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout)
 	d.hosts = kyvernoHosts{
 		resources: resourceHost{r: resources, store: opts.Objects},
-		global:    newGlobalResolver(global, caller),
+		global:    newGlobalResolver(global, caller, opts.APICalls),
 		images:    imageHost{r: images},
 		http:      caller,
 	}

@@ -36,13 +36,23 @@ const defaultRefreshInterval = 10 * time.Minute
 
 // globalResolver answers the sdk's globalContext library from a GlobalContextSource.
 type globalResolver struct {
-	src  GlobalContextSource
-	http *httpCaller
-	now  func() time.Time
+	src   GlobalContextSource
+	http  *httpCaller
+	now   func() time.Time
+	calls *APICallCache
+}
 
+// APICallCache keeps the answers of GlobalContextEntry apiCalls for their
+// refreshInterval. A surface that rebuilds its dialects (morph serve in cluster mode, on
+// every change its informers see) passes one cache to all of them (Options.APICalls), so
+// that a reload does not call again before the interval.
+type APICallCache struct {
 	mu    sync.Mutex
 	calls map[string]apiCallData // by entry name
 }
+
+// NewAPICallCache returns an empty cache.
+func NewAPICallCache() *APICallCache { return &APICallCache{calls: map[string]apiCallData{}} }
 
 // apiCallData is the last answer of an entry's apiCall.
 type apiCallData struct {
@@ -52,8 +62,11 @@ type apiCallData struct {
 	data any
 }
 
-func newGlobalResolver(src GlobalContextSource, h *httpCaller) *globalResolver {
-	return &globalResolver{src: src, http: h, now: time.Now, calls: map[string]apiCallData{}}
+func newGlobalResolver(src GlobalContextSource, h *httpCaller, calls *APICallCache) *globalResolver {
+	if calls == nil {
+		calls = NewAPICallCache()
+	}
+	return &globalResolver{src: src, http: h, now: time.Now, calls: calls}
 }
 
 // GetGlobalReference implements the sdk's globalContext host interface: the entry's
@@ -128,9 +141,9 @@ func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[
 		}
 		interval = d
 	}
-	g.mu.Lock()
-	last, ok := g.calls[name]
-	g.mu.Unlock()
+	g.calls.mu.Lock()
+	last, ok := g.calls.calls[name]
+	g.calls.mu.Unlock()
 	if ok && last.spec == string(key) && g.now().Sub(last.at) < interval {
 		return last.data, nil
 	}
@@ -142,9 +155,9 @@ func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[
 	if err := json.Unmarshal(raw, &data); err != nil {
 		return nil, fmt.Errorf("global context entry %q: spec.apiCall: the answer is not JSON: %w", name, err)
 	}
-	g.mu.Lock()
-	g.calls[name] = apiCallData{spec: string(key), at: g.now(), data: data}
-	g.mu.Unlock()
+	g.calls.mu.Lock()
+	g.calls.calls[name] = apiCallData{spec: string(key), at: g.now(), data: data}
+	g.calls.mu.Unlock()
 	return data, nil
 }
 

@@ -108,7 +108,7 @@ func TestGlobalContextResolver(t *testing.T) {
 		},
 		paths: map[string]string{"/api/v1/namespaces": `{"kind": "NamespaceList", "items": [{}, {}, {}]}`},
 	}
-	g := newGlobalResolver(src, newHTTPCaller([]string{u.Host}, 5*time.Second))
+	g := newGlobalResolver(src, newHTTPCaller([]string{u.Host}, 5*time.Second), nil)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	g.now = func() time.Time { return now }
 	tests := []struct {
@@ -162,6 +162,16 @@ func TestGlobalContextResolver(t *testing.T) {
 	}
 	if got != float64(1) || src.calls.Load()-before != 1 {
 		t.Errorf("after refreshInterval: got %v with %d calls, want 1 with 1 call", got, src.calls.Load()-before)
+	}
+	// A dialect built again with the same cache (a reload) does not call again.
+	again := newGlobalResolver(src, newHTTPCaller([]string{u.Host}, 5*time.Second), g.calls)
+	again.now = g.now
+	before = src.calls.Load()
+	if _, err := again.GetGlobalReference("ns", "count"); err != nil {
+		t.Fatal(err)
+	}
+	if n := src.calls.Load() - before; n != 0 {
+		t.Errorf("after a reload within refreshInterval: %d new calls, want 0", n)
 	}
 	if n := served.Load(); n != 2 {
 		t.Errorf("the service was called %d times, want 2 (svc, svc-denied; never the host not allowed)", n)
