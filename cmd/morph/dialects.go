@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 
 	"github.com/morph-dev/morph/internal/dialect/cel"
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
@@ -27,6 +28,7 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 			Resources:          opts.cluster.resources,
 			GlobalContext:      opts.cluster.globalContext,
 			APICalls:           opts.cluster.apiCalls,
+			APITypes:           opts.cluster.types,
 			HTTPAllowHosts:     opts.httpAllowHosts,
 			RegistryAllowHosts: opts.registryAllowHosts,
 			KyvernoCLI:         opts.kyvernoCLI,
@@ -71,10 +73,13 @@ type clusterReaders struct {
 	globalContext cel.GlobalContextSource
 	// apiCalls keeps GlobalContextEntry apiCall answers across reloads.
 	apiCalls *cel.APICallCache
+	// types answers the schemas of kinds morph has none of (the API server's OpenAPI).
+	types cel.TypeConverterSource
 }
 
 // newClusterReaders returns the readers of cluster mode for GlobalContextEntries from
-// global, with one apiCall cache for every reload; the caller sets resources.
-func newClusterReaders(global cel.GlobalContextSource) clusterReaders {
-	return clusterReaders{globalContext: global, apiCalls: cel.NewAPICallCache()}
+// global and schemas from the API server's OpenAPI (types, run by the caller), with one
+// apiCall cache for every reload; the caller sets resources.
+func newClusterReaders(global cel.GlobalContextSource, types patch.TypeConverterManager) clusterReaders {
+	return clusterReaders{globalContext: global, apiCalls: cel.NewAPICallCache(), types: cel.TypeConverterManagerSource(types)}
 }

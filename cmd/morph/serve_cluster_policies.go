@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -86,7 +87,11 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	// GlobalContextEntries and what they cache come from the API server too.
 	gctx := globalcontext.New(dyn, kube.Discovery().RESTClient())
 	gctx.Start(ctx)
-	readers := newClusterReaders(gctx)
+	// Schemas of kinds morph has none of come from the API server's OpenAPI, as the
+	// API server's own mutating admission finds them.
+	types := patch.NewTypeConverterManager(nil, kube.Discovery().OpenAPIV3())
+	go types.Run(ctx)
+	readers := newClusterReaders(gctx, types)
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
 		Client: dyn,

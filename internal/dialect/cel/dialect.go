@@ -25,6 +25,10 @@ type Options struct {
 	// (client-go's built-in schemas, then CRDs in Objects). In a cluster, pass
 	// TypeConverterManagerSource(patch.NewTypeConverterManager(...)).
 	Types TypeConverterSource
+	// APITypes, when Types is nil, answers the kinds the offline schemas do not know (in
+	// a cluster: TypeConverterManagerSource on the API server's OpenAPI, for kinds such
+	// as subresource kinds outside client-go's and morph's built-in schemas).
+	APITypes TypeConverterSource
 	// Resources answers resource.Get/List; nil answers from Objects.
 	Resources ResourceReader
 	// GlobalContext supplies the GlobalContextEntries globalContext.Get reads; nil
@@ -73,6 +77,9 @@ func newDialect(opts Options) *dialect {
 	d := &dialect{opts: opts, types: opts.Types}
 	if d.types == nil {
 		d.types = newOfflineTypes(opts.Objects)
+		if opts.APITypes != nil {
+			d.types = chainTypes{d.types, opts.APITypes}
+		}
 	}
 	d.baseEnv = environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
 	store := storeReader{store: opts.Objects}

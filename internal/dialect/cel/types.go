@@ -149,3 +149,21 @@ func converterFromCRD(crd *apiextensionsv1.CustomResourceDefinition, gvk schema.
 func staticSpec() *spec3.OpenAPI {
 	return &spec3.OpenAPI{Version: "3.0.0", Components: &spec3.Components{}}
 }
+
+// chainTypes asks each source in turn; the first error is the answer when none knows
+// the kind.
+type chainTypes []TypeConverterSource
+
+func (c chainTypes) TypeConverter(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error) {
+	var first error
+	for _, s := range c {
+		tc, err := s.TypeConverter(gvk)
+		if err == nil {
+			return tc, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
