@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 
 	"github.com/morph-dev/morph/internal/dialect/cel"
 	"github.com/morph-dev/morph/internal/dialect/gatekeeper"
@@ -23,10 +24,14 @@ func newDialects(store *objects.Store, opts *dialectOptions) *policy.Loader {
 			AllowExternalData:   opts.allowExternalData,
 		}),
 		cel.New(cel.Options{
-			Objects:        store,
-			Resources:      opts.resources,
-			HTTPAllowHosts: opts.httpAllowHosts,
-			KyvernoCLI:     opts.kyvernoCLI,
+			Objects:            store,
+			Resources:          opts.cluster.resources,
+			GlobalContext:      opts.cluster.globalContext,
+			APICalls:           opts.cluster.apiCalls,
+			APITypes:           opts.cluster.types,
+			HTTPAllowHosts:     opts.httpAllowHosts,
+			RegistryAllowHosts: opts.registryAllowHosts,
+			KyvernoCLI:         opts.kyvernoCLI,
 		}),
 		katalog.New(katalog.Options{Objects: store}),
 	)
@@ -61,5 +66,20 @@ func addDialectCommands(root *cobra.Command, opts *dialectOptions, newLoader fun
 	root.AddCommand(generate)
 }
 
-// resourceReader answers CEL resource.Get/List (in a cluster: informers).
-type resourceReader = cel.ResourceReader
+// clusterReaders answer the CEL libraries that read cluster objects, in cluster mode:
+// resource.Get/List and globalContext.Get (informers and the API server).
+type clusterReaders struct {
+	resources     cel.ResourceReader
+	globalContext cel.GlobalContextSource
+	// apiCalls keeps GlobalContextEntry apiCall answers across reloads.
+	apiCalls *cel.APICallCache
+	// types answers the schemas of kinds morph has none of (the API server's OpenAPI).
+	types cel.TypeConverterSource
+}
+
+// newClusterReaders returns the readers of cluster mode for GlobalContextEntries from
+// global and schemas from the API server's OpenAPI (types, run by the caller), with one
+// apiCall cache for every reload; the caller sets resources.
+func newClusterReaders(global cel.GlobalContextSource, types patch.TypeConverterManager) clusterReaders {
+	return clusterReaders{globalContext: global, apiCalls: cel.NewAPICallCache(), types: cel.TypeConverterManagerSource(types)}
+}

@@ -24,7 +24,12 @@ MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding that do the same, for
 API server to run. A policy using a feature only Kyverno has (its CEL libraries
 resource., http., globalContext., image(), parseServiceAccount(); mutateExisting;
 autogen for pod controllers; PolicyExceptions; namespaced policies) is an error
-naming the feature.`,
+naming the feature.
+
+A Pod policy without spec.autogen gets, in Kyverno 1.19, rules for the pod templates
+of CronJobs, DaemonSets, Deployments, Jobs, ReplicaSets and StatefulSets too (autogen
+is on by default); the MutatingAdmissionPolicy matches Pods only. The map says so in
+a note (on the standard error and as a comment in the output).`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -41,8 +46,11 @@ naming the feature.`,
 				return err
 			}
 			objs, notes, genErr := cel.GenerateMutatingAdmissionPolicies(docs)
+			// The notes go to the standard error and, as comments, at the head of the
+			// map itself, so that whoever applies it reads them.
 			for _, n := range notes {
 				fmt.Fprintln(stderr, "note:", n)
+				fmt.Fprintln(stdout, "# note:", n)
 			}
 			for i, o := range objs {
 				if i > 0 {

@@ -15,6 +15,7 @@ func TestGenerateMap(t *testing.T) {
 		stdin      string
 		wantErr    bool
 		wantOut    []string
+		wantNoOut  []string
 		wantStderr []string
 	}{
 		{
@@ -25,7 +26,22 @@ func TestGenerateMap(t *testing.T) {
 				"reinvocationPolicy: Never", "jsonpatch.escapeKey", "---", "kind: MutatingAdmissionPolicyBinding",
 				"policyName: add-labels-jsonpatch",
 			},
-			wantStderr: []string{"timeoutSeconds is left out"},
+			wantStderr: []string{"timeoutSeconds is left out", "note: testdata/generate-map/simple.yaml: document 1 (MutatingPolicy \"add-labels-jsonpatch\"): Kyverno 1.19 also applies this Pod policy to the pod templates of cronjobs, daemonsets, deployments, jobs, replicasets, statefulsets (autogen is on by default"},
+		},
+		{
+			name: "Kyverno's default autogen is said in the map",
+			args: []string{"-p", filepath.Join("testdata", "generate-map", "simple.yaml")},
+			wantOut: []string{
+				"# note: testdata/generate-map/simple.yaml: document 1 (MutatingPolicy \"add-labels-jsonpatch\"): Kyverno 1.19 also applies this Pod policy",
+				"Set spec.autogen.podControllers.controllers: [] in the MutatingPolicy for Kyverno to do the same",
+			},
+		},
+		{
+			name:       "no autogen note when autogen is off",
+			args:       []string{"-p", filepath.Join("testdata", "generate-map", "autogen-off.yaml")},
+			wantOut:    []string{"kind: MutatingAdmissionPolicy"},
+			wantNoOut:  []string{"autogen is on by default"},
+			wantStderr: []string{},
 		},
 		{
 			name:    "Kyverno-only features are named",
@@ -56,6 +72,11 @@ func TestGenerateMap(t *testing.T) {
 			for _, w := range tt.wantOut {
 				if !strings.Contains(stdout.String(), w) {
 					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.wantNoOut {
+				if strings.Contains(stdout.String()+stderr.String(), w) {
+					t.Errorf("output has %q:\n%s%s", w, stdout.String(), stderr.String())
 				}
 			}
 			for _, w := range tt.wantStderr {

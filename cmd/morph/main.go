@@ -83,8 +83,10 @@ type dialectOptions struct {
 	allowExternalData   bool
 	mutationAnnotations bool
 	httpAllowHosts      []string
-	// resources answers CEL resource.Get/List in a cluster (nil: the context store).
-	resources resourceReader
+	registryAllowHosts  []string
+	// cluster answers CEL resource.Get/List and globalContext.Get in a cluster (zero:
+	// the context store).
+	cluster clusterReaders
 	// kyvernoCLI asks for the Kyverno CLI's conventions (morph test's kyverno-test.yaml).
 	kyvernoCLI bool
 }
@@ -105,12 +107,13 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	pf.BoolVar(&opts.allowExternalData, "allow-external-data", false, "let Gatekeeper mutators call their ExternalDataProviders (off by default offline)")
 	pf.BoolVar(&opts.mutationAnnotations, "mutation-annotations", false, "add Gatekeeper's gatekeeper.sh/mutation-id and gatekeeper.sh/mutations annotations")
 	pf.StringSliceVar(&opts.httpAllowHosts, "allow-http-host", nil, "hosts CEL http.Get/http.Post may call (none by default)")
+	pf.StringSliceVar(&opts.registryAllowHosts, "allow-registry", nil, "registries (host or host:port) CEL image.getMetadata may read, anonymously, for images the --context files do not describe (none by default)")
 	addMaxInputFlag(root)
 
 	newLoader := func(store *objects.Store) *policy.Loader { return newDialects(store, opts) }
-	newClusterLoader := func(store *objects.Store, r resourceReader) *policy.Loader {
+	newClusterLoader := func(store *objects.Store, r clusterReaders) *policy.Loader {
 		o := *opts
-		o.resources = r
+		o.cluster = r
 		return newDialects(store, &o)
 	}
 	root.AddCommand(

@@ -64,7 +64,7 @@ type serveOptions struct {
 
 // newServeCommand builds "morph serve". Logs go to stderr; the command prints nothing on
 // stdout.
-func newServeCommand(newLoader func(*objects.Store) *policy.Loader, newClusterLoader func(*objects.Store, resourceReader) *policy.Loader, _, stderr io.Writer) *cobra.Command {
+func newServeCommand(newLoader func(*objects.Store) *policy.Loader, newClusterLoader func(*objects.Store, clusterReaders) *policy.Loader, _, stderr io.Writer) *cobra.Command {
 	o := &serveOptions{}
 	o.cluster.newLoader = newClusterLoader
 	cmd := &cobra.Command{

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/morph-dev/morph/internal/cluster/globalcontext"
 	"github.com/morph-dev/morph/internal/cluster/leader"
 	"github.com/morph-dev/morph/internal/cluster/policies"
 	"github.com/morph-dev/morph/internal/engine"
@@ -87,12 +89,24 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)
 	}
+	// GlobalContextEntries and what they cache come from the API server too.
+	gctx := globalcontext.New(dyn, kube.Discovery().RESTClient())
+	gctx.Start(ctx)
+	// Schemas of kinds morph has none of come from the API server's OpenAPI, as the
+	// API server's own mutating admission finds them.
+	types := patch.NewTypeConverterManager(nil, kube.Discovery().OpenAPIV3())
+	go types.Run(ctx)
+	readers := newClusterReaders(gctx, types)
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
 		Client: dyn,
 		// The dialects read cluster objects through the source's informers.
-		NewLoader: func(store *objects.Store) *policy.Loader { return o.cluster.newLoader(store, src) },
-		Logger:    log.With("component", "policies"),
+		NewLoader: func(store *objects.Store) *policy.Loader {
+			r := readers
+			r.resources = src
+			return o.cluster.newLoader(store, r)
+		},
+		Logger: log.With("component", "policies"),
 	})
 	if err != nil {
 		return err

@@ -48,8 +48,9 @@ type clusterOptions struct {
 	leaseDuration time.Duration
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
-	// newLoader builds the dialects with a reader of cluster objects (resource.Get).
-	newLoader func(*objects.Store, resourceReader) *policy.Loader
+	// newLoader builds the dialects with readers of cluster objects (resource.Get,
+	// globalContext.Get).
+	newLoader func(*objects.Store, clusterReaders) *policy.Loader
 }
 
 func (c *clusterOptions) addFlags(f *pflag.FlagSet) {

@@ -14,7 +14,7 @@ import (
 // on its resource, started on the first read of that resource and kept from then on:
 // morph watches only what the loaded policies read. The first read of a resource waits
 // for the informer's cache, within ctx (the request's deadline). apiVersion is "v1" or
-// "group/version"; resource is the plural.
+// "group/version"; resource is the plural. A missing object is nil and no error.
 func (s *Source) Get(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error) {
 	inf, err := s.resourceInformer(ctx, apiVersion, resource)
 	if err != nil {
@@ -29,7 +29,9 @@ func (s *Source) Get(ctx context.Context, apiVersion, resource, namespace, name 
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%s %s %s not found", apiVersion, resource, key)
+		// As the dialects' ResourceReader says: no object is no error (Kyverno's
+		// resource.get answers null).
+		return nil, nil
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {

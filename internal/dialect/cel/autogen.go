@@ -7,9 +7,12 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/morph-dev/morph/internal/engine"
+	"github.com/morph-dev/morph/internal/policy"
 )
 
 // controller is a pod controller a Pod policy also applies to (Kyverno's autogen).
@@ -41,17 +44,19 @@ var podControllers = map[string]controller{
 var allControllers = []string{"cronjobs", "daemonsets", "deployments", "jobs", "replicasets", "statefulsets"}
 
 // parseControllers reads autogen.podControllers.controllers; names are lower-case
-// plurals (kinds are accepted too).
-func parseControllers(names []string) ([]controller, error) {
+// plurals (kinds are accepted too). A name that is no pod controller is left out, as
+// Kyverno 1.19 does (pkg/cel/autogen ResolveConfig ignores it; autogenWarnings says
+// so); a custom controller written resource.version.group is an error, since morph
+// does not do Kyverno's structural extraction of its pod template.
+func parseControllers(path *field.Path, names []string) ([]controller, *field.Error) {
 	var out []controller
-	for _, n := range names {
-		key := strings.ToLower(n)
-		if !strings.HasSuffix(key, "s") {
-			key += "s"
+	for i, n := range names {
+		if isCustomController(n) {
+			return nil, field.Invalid(path.Index(i), n, "custom pod controllers (resource.version.group) are not supported by morph; use deployments, daemonsets, statefulsets, replicasets, jobs or cronjobs")
 		}
-		c, ok := podControllers[key]
+		c, ok := lookupController(n)
 		if !ok {
-			return nil, fmt.Errorf("%q is not a pod controller: use deployments, daemonsets, statefulsets, replicasets, jobs or cronjobs", n)
+			continue
 		}
 		if !slices.ContainsFunc(out, func(o controller) bool { return o.resource == c.resource }) {
 			out = append(out, c)
@@ -59,6 +64,34 @@ func parseControllers(names []string) ([]controller, error) {
 	}
 	slices.SortFunc(out, func(a, b controller) int { return strings.Compare(a.resource, b.resource) })
 	return out, nil
+}
+
+func lookupController(name string) (controller, bool) {
+	key := strings.ToLower(name)
+	if !strings.HasSuffix(key, "s") {
+		key += "s"
+	}
+	c, ok := podControllers[key]
+	return c, ok
+}
+
+// isCustomController reports Kyverno's explicit resource.version.group form.
+func isCustomController(name string) bool {
+	parts := strings.SplitN(name, ".", 3)
+	return len(parts) == 3 && parts[0] != "" && parts[1] != "" && parts[2] != ""
+}
+
+// autogenWarnings names the autogen.podControllers.controllers that are no pod
+// controller: Kyverno ignores them, and so does morph, but says so.
+func autogenWarnings(doc policy.Document) []string {
+	names, _, _ := unstructured.NestedStringSlice(doc.Object, "spec", "autogen", "podControllers", "controllers")
+	var out []string
+	for i, n := range names {
+		if _, ok := lookupController(n); !ok && !isCustomController(n) {
+			out = append(out, fmt.Sprintf("%s: spec.autogen.podControllers.controllers[%d]: %q is not a pod controller and is ignored, as Kyverno ignores it: use deployments, daemonsets, statefulsets, replicasets, jobs or cronjobs", doc.Where(), i, n))
+		}
+	}
+	return out
 }
 
 func controllerOf(cs []controller, gvk schema.GroupVersionKind) *controller {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	"github.com/morph-dev/morph/internal/engine"
@@ -24,17 +25,30 @@ type Options struct {
 	// Types finds kind schemas for ApplyConfiguration mutations; nil reads them offline
 	// (client-go's built-in schemas, then CRDs in Objects).
 	Types TypeConverterSource
+	// APITypes, when Types is nil, answers the kinds the offline schemas do not know (in
+	// a cluster: TypeConverterManagerSource on the API server's OpenAPI, for kinds such
+	// as subresource kinds outside client-go's and morph's built-in schemas).
+	APITypes TypeConverterSource
 	// Resources answers resource.Get/List; nil answers from Objects.
 	Resources ResourceReader
-	// GlobalContext answers globalContext.Get; nil answers from Objects.
-	GlobalContext GlobalContextReader
+	// GlobalContext supplies the GlobalContextEntries globalContext.Get reads; nil
+	// answers from Objects.
+	GlobalContext GlobalContextSource
+	// APICalls keeps GlobalContextEntry apiCall answers across dialects built one after
+	// the other (nil: this dialect's own).
+	APICalls *APICallCache
 	// ImageData answers image.getMetadata; nil answers from the Kyverno CLI Context
-	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects.
+	// objects (cli.kyverno.io/v1alpha1 Context, spec.images) in Objects, then from the
+	// registries of RegistryAllowHosts.
 	ImageData ImageDataReader
 	// HTTPAllowHosts lists the hosts (host or host:port) http.Get/Post may call; empty
 	// turns the http library off.
 	HTTPAllowHosts []string
-	// HTTPTimeout bounds each http.Get/Post call (default 10s).
+	// RegistryAllowHosts lists the registries (host or host:port, as in the image
+	// reference) image.getMetadata may read when the context objects do not hold the
+	// image's data; empty reads none.
+	RegistryAllowHosts []string
+	// HTTPTimeout bounds each http.Get/Post call and registry read (default 10s).
 	HTTPTimeout time.Duration
 	// KyvernoCLI follows the Kyverno CLI's conventions instead of the cluster's, for
 	// suites written for `kyverno test` (see testconventions.go).
@@ -63,6 +77,9 @@ func newDialect(opts Options) *dialect {
 	d := &dialect{opts: opts, types: opts.Types}
 	if d.types == nil {
 		d.types = newOfflineTypes(opts.Objects)
+		if opts.APITypes != nil {
+			d.types = chainTypes{d.types, opts.APITypes}
+		}
 	}
 	d.baseEnv = environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
 	store := storeReader{store: opts.Objects}
@@ -70,19 +87,20 @@ func newDialect(opts Options) *dialect {
 	if opts.Resources != nil {
 		resources = opts.Resources
 	}
-	var global GlobalContextReader = store
+	var global GlobalContextSource = store
 	if opts.GlobalContext != nil {
 		global = opts.GlobalContext
 	}
-	var images ImageDataReader = store
+	var images ImageDataReader = imageDataReader{store: store, allow: opts.RegistryAllowHosts, timeout: opts.HTTPTimeout}
 	if opts.ImageData != nil {
 		images = opts.ImageData
 	}
+	caller := newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout)
 	d.hosts = kyvernoHosts{
 		resources: resourceHost{r: resources, store: opts.Objects},
-		global:    globalHost{r: global},
+		global:    newGlobalResolver(global, caller, opts.APICalls),
 		images:    imageHost{r: images},
-		http:      newHTTPCaller(opts.HTTPAllowHosts, opts.HTTPTimeout),
+		http:      caller,
 	}
 	return d
 }
@@ -206,6 +224,7 @@ func (d *dialect) Compile(docs []policy.Document) (*policy.Bundle, error) {
 	for _, doc := range kyverno {
 		m, es := d.compileKyverno(doc)
 		errs = append(errs, es...)
+		b.Warnings = append(b.Warnings, autogenWarnings(doc)...)
 		if m == nil {
 			continue
 		}
@@ -425,9 +444,9 @@ func (d *dialect) compileKyverno(doc policy.Document) (*Mutator, []error) {
 		if ag := spec.Autogen; ag != nil && ag.PodControllers != nil && ag.PodControllers.Controllers != nil {
 			names = ag.PodControllers.Controllers
 		}
-		cs, err := parseControllers(names)
-		if err != nil {
-			errs = append(errs, doc.Invalid("spec.autogen.podControllers.controllers", nil, err.Error()))
+		cs, ferr := parseControllers(field.NewPath("spec", "autogen", "podControllers", "controllers"), names)
+		if ferr != nil {
+			errs = append(errs, doc.Err(ferr))
 		}
 		m.controllers = cs
 	}

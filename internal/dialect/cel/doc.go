@@ -38,11 +38,12 @@
 //	http.get("http://127.0.0.1:8080/team").statusCode
 //
 // Their hosts are morph's: resource.* reads a ResourceReader (offline the context
-// objects; a missing object is null), globalContext.* a GlobalContextReader (offline a
-// GlobalContextEntry in its real shape resolved from the context objects),
-// image.getMetadata an ImageDataReader (offline the spec.images of a Kyverno CLI Context
-// file), http.* morph's allow-listed caller (Options.HTTPAllowHosts, with the sdk's
-// blocked ranges on top).
+// objects; a missing object is null), globalContext.* resolves GlobalContextEntries in
+// their real shape from a GlobalContextSource (offline the context objects, in a
+// cluster the API server; projections with Kyverno's JMESPath functions, jmespath.go),
+// image.getMetadata an ImageDataReader (the spec.images of a Kyverno CLI Context file,
+// else a registry named in Options.RegistryAllowHosts), http.* morph's allow-listed
+// caller (Options.HTTPAllowHosts, with the sdk's blocked ranges on top).
 //
 // # Kyverno fields
 //

@@ -126,6 +126,12 @@ func generateOne(d *dialect, doc policy.Document, exception string) ([]map[strin
 		return nil, nil, errors.Join(errs...)
 	}
 	var notes []string
+	// Kyverno 1.19's default autogen: a Pod policy with no autogen.podControllers also
+	// gets rules for the pod templates of the six controllers. The generated
+	// MutatingAdmissionPolicy matches Pods only.
+	if canAutogen(spec.MatchConstraints) && (spec.Autogen == nil || spec.Autogen.PodControllers == nil || spec.Autogen.PodControllers.Controllers == nil) {
+		notes = append(notes, fmt.Sprintf("%s: Kyverno 1.19 also applies this Pod policy to the pod templates of %s (autogen is on by default for Pod policies); the MutatingAdmissionPolicy mutates Pods only, so those controllers' templates stay as written (the Pods they create are still mutated). Set spec.autogen.podControllers.controllers: [] in the MutatingPolicy for Kyverno to do the same", doc.Where(), strings.Join(allControllers, ", ")))
+	}
 	if spec.WebhookConfiguration != nil && spec.WebhookConfiguration.TimeoutSeconds != nil {
 		notes = append(notes, fmt.Sprintf("%s: spec.webhookConfiguration.timeoutSeconds is left out: the API server bounds a MutatingAdmissionPolicy by its CEL cost budget instead", doc.Where()))
 	}

@@ -74,13 +74,6 @@ func (h resourceHost) ToGVR(apiVersion, kind string) (*schema.GroupVersionResour
 	return &gvr, nil
 }
 
-// globalHost adapts a GlobalContextReader to the sdk's globalContext library.
-type globalHost struct{ r GlobalContextReader }
-
-func (h globalHost) GetGlobalReference(name, projection string) (any, error) {
-	return h.r.GlobalContext(context.Background(), name, projection)
-}
-
 // imageHost adapts an ImageDataReader to the sdk's imagedata library.
 type imageHost struct{ r ImageDataReader }
 
@@ -113,20 +106,21 @@ func (n namespacedHTTP) Client(string) (sdkhttp.ContextInterface, error) {
 // contextGroup is the group of the Kyverno CLI's context files.
 const contextGroup = "cli.kyverno.io"
 
-// ImageData reads an image's data from the Kyverno CLI Context objects in the store
+// contextImage reads an image's data from the Kyverno CLI Context objects in the store
 // (spec.images, matched by their image field as Kyverno's CLI does).
-func (s storeReader) ImageData(_ context.Context, image string) (map[string]any, error) {
-	if s.store != nil {
-		for _, c := range s.store.List(contextGroup, "Context", "") {
-			spec, _ := c["spec"].(map[string]any)
-			images, _ := spec["images"].([]any)
-			for _, i := range images {
-				m, _ := i.(map[string]any)
-				if m["image"] == image {
-					return m, nil
-				}
+func (s storeReader) contextImage(image string) (map[string]any, bool) {
+	if s.store == nil {
+		return nil, false
+	}
+	for _, c := range s.store.List(contextGroup, "Context", "") {
+		spec, _ := c["spec"].(map[string]any)
+		images, _ := spec["images"].([]any)
+		for _, i := range images {
+			m, _ := i.(map[string]any)
+			if m["image"] == image {
+				return m, true
 			}
 		}
 	}
-	return nil, fmt.Errorf("image data for %s not found: pass a cli.kyverno.io/v1alpha1 Context with spec.images with --context", image)
+	return nil, false
 }

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kyverno/go-jmespath"
 	sdkhttp "github.com/kyverno/sdk/extensions/cel/libs/http"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -31,13 +30,6 @@ type ResourceReader interface {
 	Get(ctx context.Context, apiVersion, resource, namespace, name string) (map[string]any, error)
 	// List returns the objects of a resource in a namespace ("" for all).
 	List(ctx context.Context, apiVersion, resource, namespace string) ([]map[string]any, error)
-}
-
-// GlobalContextReader answers globalContext.Get with the data of a Kyverno
-// GlobalContextEntry: nil and no error when there is no entry of that name (Kyverno's
-// globalContext.get is then null).
-type GlobalContextReader interface {
-	GlobalContext(ctx context.Context, name, projection string) (any, error)
 }
 
 // storeReader answers the resource and globalContext libraries from an objects.Store.
@@ -78,81 +70,6 @@ func (s storeReader) List(_ context.Context, apiVersion, resource, namespace str
 		return nil, err
 	}
 	return s.store.List(gv.Group, kind, namespace), nil
-}
-
-// GlobalContext resolves a Kyverno GlobalContextEntry (kyverno.io, any version) offline
-// from the context objects, as Kyverno's global context store does in a cluster:
-// spec.kubernetesResource lists the objects of that resource (in its namespace, else
-// all), spec.apiCall.urlPath is read from the context objects as the API server would
-// answer that path; a projection is spec.projections[name].jmesPath evaluated on that
-// data. A missing entry is nil (globalContext.get answers null, as in Kyverno).
-func (s storeReader) GlobalContext(_ context.Context, name, projection string) (any, error) {
-	if s.store == nil {
-		return nil, nil
-	}
-	var entry map[string]any
-	for _, group := range []string{"kyverno.io", groupKyverno} {
-		if e, ok := s.store.Get(group, "GlobalContextEntry", "", name); ok {
-			entry = e
-			break
-		}
-	}
-	if entry == nil {
-		return nil, nil
-	}
-	spec, _ := entry["spec"].(map[string]any)
-	data, err := s.globalData(name, spec)
-	if err != nil {
-		return nil, err
-	}
-	if projection == "" {
-		return data, nil
-	}
-	projections, _ := spec["projections"].([]any)
-	for _, p := range projections {
-		pm, _ := p.(map[string]any)
-		if pm["name"] != projection {
-			continue
-		}
-		query, _ := pm["jmesPath"].(string)
-		v, err := searchJMESPath(query, data)
-		if err != nil {
-			return nil, fmt.Errorf("global context entry %q: projection %q: %w", name, projection, err)
-		}
-		return v, nil
-	}
-	return nil, fmt.Errorf("projection %q not found in global context entry %q", projection, name)
-}
-
-// globalData is the data of an entry before projection.
-func (s storeReader) globalData(name string, spec map[string]any) (any, error) {
-	if kr, ok := spec["kubernetesResource"].(map[string]any); ok {
-		group, _ := kr["group"].(string)
-		res, _ := kr["resource"].(string)
-		ns, _ := kr["namespace"].(string)
-		kind, ok := s.store.KindFor(group, res)
-		if !ok {
-			return nil, fmt.Errorf("global context entry %q: spec.kubernetesResource: resource %q of group %q is unknown: pass its CustomResourceDefinition with --context", name, res, group)
-		}
-		objs := s.store.List(group, kind, ns)
-		out := make([]any, len(objs))
-		for i, o := range objs {
-			out[i] = o
-		}
-		return out, nil
-	}
-	if ac, ok := spec["apiCall"].(map[string]any); ok {
-		path, _ := ac["urlPath"].(string)
-		if path == "" {
-			return nil, fmt.Errorf("global context entry %q: spec.apiCall: only urlPath is resolved offline (from the --context objects); an apiCall.service needs the cluster", name)
-		}
-		v, err := s.readPath(path)
-		if err != nil {
-			return nil, fmt.Errorf("global context entry %q: spec.apiCall.urlPath: %w", name, err)
-		}
-		return v, nil
-	}
-	return nil, fmt.Errorf("global context entry %q: give spec.kubernetesResource or spec.apiCall", name)
 }
 
 // readPath answers an API server GET path (/api/v1/..., /apis/GROUP/VERSION/...) from the
@@ -411,20 +328,4 @@ func (h *httpCaller) do(method, rawURL string, body any, headers map[string]stri
 		return m, nil
 	}
 	return map[string]any{"body": v, "statusCode": resp.StatusCode}, nil
-}
-
-// searchJMESPath evaluates a GlobalContextEntry projection with the JMESPath
-// implementation Kyverno uses (its fork of go-jmespath). Kyverno's own JMESPath
-// functions (to_upper, regex_match, ...) are not offered: a projection calling one
-// fails with the name of the unknown function.
-func searchJMESPath(query string, data any) (any, error) {
-	jp, err := jmespath.Compile(query)
-	if err != nil {
-		return nil, fmt.Errorf("jmesPath %q: %w", query, err)
-	}
-	v, err := jp.Search(data)
-	if err != nil {
-		return nil, fmt.Errorf("jmesPath %q: %w", query, err)
-	}
-	return v, nil
 }

@@ -2,6 +2,7 @@ package cel
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,9 +80,9 @@ func TestLoadErrors(t *testing.T) {
 			want: `metadata.namespace: Required value: a NamespacedMutatingPolicy mutates the objects of its namespace; give it`,
 		},
 		{
-			name: "unknown controller",
-			doc:  strings.Replace(kyvernoDoc("MutatingPolicy", "p", "", "0"), "spec:\n", "spec:\n  autogen:\n    podControllers:\n      controllers: [pods]\n", 1),
-			want: `spec.autogen.podControllers.controllers: Invalid value: "pods" is not a pod controller`,
+			name: "custom controller",
+			doc:  strings.Replace(kyvernoDoc("MutatingPolicy", "p", "", "0"), "spec:\n", "spec:\n  autogen:\n    podControllers:\n      controllers: [jobsets.v1alpha2.jobset.x-k8s.io]\n", 1),
+			want: `spec.autogen.podControllers.controllers[0]: Invalid value: "jobsets.v1alpha2.jobset.x-k8s.io": custom pod controllers (resource.version.group) are not supported by morph; use`,
 		},
 		{
 			name: "unsupported version",
@@ -356,5 +357,32 @@ spec:
 				t.Errorf("apiVersion = %v, want %v", res.Object["apiVersion"], gvk.GroupVersion())
 			}
 		})
+	}
+}
+
+// TestUnknownPodController checks that a name in autogen.podControllers.controllers
+// that is no pod controller is ignored, as Kyverno 1.19.1 ignores it (pkg/cel/autogen
+// ResolveConfig), with a warning naming the field; the other names still apply.
+func TestUnknownPodController(t *testing.T) {
+	doc := strings.Replace(kyvernoDoc("MutatingPolicy", "p", "", "0"), "spec:\n", "spec:\n  autogen:\n    podControllers:\n      controllers: [pods, deployments]\n", 1)
+	docs, err := policy.Decode("policy.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Options{}).Compile(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `policy.yaml: document 1 (MutatingPolicy "p"): spec.autogen.podControllers.controllers[0]: "pods" is not a pod controller and is ignored, as Kyverno ignores it`
+	if len(b.Warnings) != 1 || !strings.HasPrefix(b.Warnings[0], want) {
+		t.Fatalf("warnings %q, want one starting %q", b.Warnings, want)
+	}
+	var kinds []string
+	for _, tg := range b.Mutators[0].Targets {
+		kinds = append(kinds, tg.Kind)
+	}
+	slices.Sort(kinds)
+	if !slices.Equal(kinds, []string{"Deployment", "Pod"}) {
+		t.Errorf("target kinds %v, want Deployment and Pod", kinds)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/client-go/applyconfigurations"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-openapi/pkg/spec3"
@@ -21,6 +22,22 @@ import (
 // need to merge (as server-side apply does).
 type TypeConverterSource interface {
 	TypeConverter(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error)
+}
+
+// TypeConverterManagerSource adapts the API server's TypeConverterManager (built with
+// patch.NewTypeConverterManager on a cluster's /openapi/v3) to a TypeConverterSource. The
+// caller runs the manager.
+func TypeConverterManagerSource(m patch.TypeConverterManager) TypeConverterSource {
+	return managerSource{m}
+}
+
+type managerSource struct{ m patch.TypeConverterManager }
+
+func (s managerSource) TypeConverter(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error) {
+	if tc := s.m.GetTypeConverter(gvk); tc != nil {
+		return tc, nil
+	}
+	return nil, fmt.Errorf("no schema for %s: the API server does not publish one (yet)", gvk)
 }
 
 // offlineTypes finds schemas offline: the built-in kinds from client-go's own schemas,
@@ -131,4 +148,22 @@ func converterFromCRD(crd *apiextensionsv1.CustomResourceDefinition, gvk schema.
 // embeds the apimachinery definitions (ObjectMeta, ...) it refers to.
 func staticSpec() *spec3.OpenAPI {
 	return &spec3.OpenAPI{Version: "3.0.0", Components: &spec3.Components{}}
+}
+
+// chainTypes asks each source in turn; the first error is the answer when none knows
+// the kind.
+type chainTypes []TypeConverterSource
+
+func (c chainTypes) TypeConverter(gvk schema.GroupVersionKind) (managedfields.TypeConverter, error) {
+	var first error
+	for _, s := range c {
+		tc, err := s.TypeConverter(gvk)
+		if err == nil {
+			return tc, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
 }

@@ -1,0 +1,100 @@
+package cel
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"reflect"
+	"testing"
+)
+
+// jmespathDifferentialExtra are further queries for the differential test, with no
+// expected value of their own: Kyverno's answer is the expected one.
+var jmespathDifferentialExtra = []struct{ query, data string }{
+	{"[].metadata.name | sort(@)", `[{"metadata": {"name": "b"}}, {"metadata": {"name": "a"}}]`},
+	{"[?label_match(`{\"tier\": \"web\"}`, metadata.labels)].metadata.name", `[{"metadata": {"name": "w", "labels": {"tier": "web"}}}, {"metadata": {"name": "d", "labels": {"tier": "db"}}}]`},
+	{"[].to_upper(metadata.name)", `[{"metadata": {"name": "a"}}]`},
+	{"items[].split(data.hosts, ',')", `{"items": [{"data": {"hosts": "a.io,b.io"}}]}`},
+	{"regex_replace_all('^docker.io/', image, 'mirror.io/')", `{"image": "docker.io/nginx"}`},
+	{"regex_match('^[0-9]+$', `42`)", ``},
+	{"to_upper(`1`)", ``},
+	{"base64_decode('!!')", ``},
+	{"truncate('héllo wörld', `4`)", ``},
+	{"lookup(@, 'a.b')", `{"a.b": 1}`},
+	{"parse_json('[1, {\"a\": null}]')", ``},
+	{"parse_yaml('a: yes')", ``},
+	{"items(@, 'k', 'v')[?v > `1`].k", `{"x": 1, "y": 2, "z": 3}`},
+	{"object_from_lists(keys(@), values(@))", `{"a": 1, "b": "x"}`},
+	{"replace('aaa', 'a', 'b', `2`)", ``},
+	{"trim_prefix('kube-system', 'kube-')", ``},
+	{"equal_fold('ß', 'SS')", ``},
+	{"compare('', 'a')", ``},
+	{"time_diff('2021-01-02T15:04:05Z', '2021-01-01T15:04:05Z')", ``},
+	{"time_before('bad', '2021-01-01T15:04:05Z')", ``},
+	{"semver_compare('1.2.3', '>=1.0.0 <1.2.0')", ``},
+	{"round(`2.345`, `2`)", ``},
+	{"to_boolean(`true`)", ``},
+}
+
+// TestKyvernoJMESPathDifferential runs the same queries through Kyverno 1.19.1's own
+// JMESPath (the oracle built from hack/kyverno-jmespath: cd hack/kyverno-jmespath &&
+// go build -o /tmp/kyverno-jmespath-oracle .) and through morph's, and compares the
+// answers: the same value, or both an error (with the same message where Kyverno's
+// functions word it). It is skipped when $KYVERNO_JMESPATH_ORACLE is not set.
+func TestKyvernoJMESPathDifferential(t *testing.T) {
+	oracle := os.Getenv("KYVERNO_JMESPATH_ORACLE")
+	if oracle == "" {
+		t.Skip("set KYVERNO_JMESPATH_ORACLE to the oracle built from hack/kyverno-jmespath")
+	}
+	type oneCase struct{ query, data string }
+	var cases []oneCase
+	for _, c := range jmespathCases {
+		if !c.notKyverno {
+			cases = append(cases, oneCase{c.query, c.data})
+		}
+	}
+	for _, c := range jmespathDifferentialExtra {
+		cases = append(cases, oneCase{c.query, c.data})
+	}
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	for _, c := range cases {
+		if err := enc.Encode(map[string]any{"query": c.query, "data": jsonValue(t, c.data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(oracle)
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the oracle: %v", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for i := 0; sc.Scan(); i++ {
+		if i >= len(cases) {
+			t.Fatalf("the oracle answered more lines than cases")
+		}
+		c := cases[i]
+		var want struct {
+			Result any    `json:"result"`
+			Error  string `json:"error"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &want); err != nil {
+			t.Fatal(err)
+		}
+		got, gerr := searchJMESPath(c.query, jsonValue(t, c.data))
+		switch {
+		case want.Error != "" && gerr == nil:
+			t.Errorf("%s: morph answered %v, Kyverno failed: %s", c.query, asJSON(t, got), want.Error)
+		case want.Error == "" && gerr != nil:
+			t.Errorf("%s: morph failed (%v), Kyverno answered %v", c.query, gerr, want.Result)
+		case want.Error == "" && !reflect.DeepEqual(asJSON(t, got), want.Result):
+			t.Errorf("%s: morph answered %v, Kyverno %v", c.query, asJSON(t, got), want.Result)
+		case want.Error != "" && !bytes.Contains([]byte(gerr.Error()), []byte(want.Error)):
+			t.Logf("%s: both fail; morph: %v; Kyverno: %s", c.query, gerr, want.Error)
+		}
+	}
+}
