@@ -243,8 +243,11 @@ func TestInstallRender(t *testing.T) {
 	t.Run("kustomize", func(t *testing.T) {
 		// An overlay that moves the base into the test's namespace.
 		dir := t.TempDir()
-		overlay := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n",
-			ns.Name, filepath.Join(installRoot(t), "config", "default"))
+		base, err := filepath.Rel(dir, filepath.Join(installRoot(t), "config", "default"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		overlay := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", ns.Name, base)
 		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 			t.Fatal(err)
 		}
