@@ -70,7 +70,8 @@ func installRun(t *testing.T, stdin []byte, name string, args ...string) []byte 
 // installTry runs a command in the repository root with extra environment variables.
 func installTry(t *testing.T, stdin []byte, env []string, name string, args ...string) ([]byte, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), installTimeout)
+	// Not t.Context(): cleanups run commands too, after it ended.
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = installRoot(t)
