@@ -394,7 +394,8 @@ func installMetric(t *testing.T, client *http.Client, base, name, match string) 
 
 // TestInstallRBAC: the chart's ServiceAccount, Roles and bindings are applied for real;
 // morph runs out of cluster with a token of that ServiceAccount (TokenRequest API),
-// leader election on and its own certificate Secret, and the cluster scenario works:
+// leader election on, its own certificate Secret and the chart's webhook overrides,
+// and the cluster scenario works:
 // a policy created through the API is compiled (Ready=True), the webhook configuration
 // is registered with the Secret's caBundle, and a ConfigMap is mutated. Then the status
 // permission is removed from the ClusterRole: morph logs the forbidden write and counts
@@ -447,7 +448,8 @@ func TestInstallRBAC(t *testing.T) {
 	for try := 1; ; try++ {
 		addr = serveFreeAddr(t)
 		p = serveStart(t, bin, append([]string{"serve", "--kubeconfig", kubeconfig, "--namespace", ns.Name, "--addr", addr,
-			"--webhook-url", "https://" + addr, "--log-level", "debug"}, clusterLeaseArgs...)...)
+			"--webhook-url", "https://" + addr, "--log-level", "debug",
+			"--webhook-failure-policy", "Ignore", "--exclude-namespace", "e2e-install-excluded"}, clusterLeaseArgs...)...)
 		err := poll(t.Context(), serveReadyTimeout, func() error {
 			select {
 			case <-p.done:
@@ -506,6 +508,17 @@ func TestInstallRBAC(t *testing.T) {
 	})
 	clusterAwaitReady(t, assigns, assign.GetName(), "True", "Compiled")
 	awaitRegistration(t, ns.Name, clusterTimeout, "configmaps@https://"+addr+"/mutate")
+	// The chart's webhook.failurePolicy and webhook.excludeNamespaces, as flags.
+	if m, err := getMorphMutating(t); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, w := range m.Webhooks {
+			if *w.FailurePolicy != "Ignore" || !slices.Contains(w.NamespaceSelector.MatchExpressions[0].Values, "e2e-install-excluded") ||
+				!slices.Contains(w.NamespaceSelector.MatchExpressions[0].Values, ns.Name) {
+				t.Errorf("webhook %s: failurePolicy %s, namespaceSelector %v", w.Name, *w.FailurePolicy, w.NamespaceSelector)
+			}
+		}
+	}
 	seq := 0
 	team := func() (string, error) {
 		seq++
