@@ -399,7 +399,9 @@ func installMetric(t *testing.T, client *http.Client, base, name, match string) 
 // a policy created through the API is compiled (Ready=True), the webhook configuration
 // is registered with the Secret's caBundle, and a ConfigMap is mutated. Then the status
 // permission is removed from the ClusterRole: morph logs the forbidden write and counts
-// it, and keeps serving and mutating (no crash, no restart).
+// it, and keeps serving and mutating (no crash, no restart). Then Lease update is
+// removed from the Role: the leader logs the forbidden renewal and stops leading, and
+// morph keeps serving.
 func TestInstallRBAC(t *testing.T) {
 	c := Current(t)
 	helm := installHelm(t)
@@ -603,6 +605,54 @@ func TestInstallRBAC(t *testing.T) {
 		if strings.Contains(line, "writing policy status") {
 			t.Logf("morph says: %s", line)
 			break
+		}
+	}
+
+	// Take Lease update away from the Role: the leader cannot renew, says so, stops its
+	// writers and stands for election again; it keeps serving.
+	nsRole, err := c.Kube.RbacV1().Roles(ns.Name).Get(t.Context(), release+"-webhooks", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range nsRole.Rules {
+		if slices.Contains(r.Resources, "leases") && slices.Contains(r.Verbs, "update") {
+			nsRole.Rules[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == "update" })
+		}
+	}
+	if _, err := c.Kube.RbacV1().Roles(ns.Name).Update(t.Context(), nsRole, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clusterAwait(t, "the leader stops leading on a forbidden Lease renewal", func() error {
+		if !p.log.contains(`leases.coordination.k8s.io \"morph\" is forbidden`) {
+			return fmt.Errorf("no log line of the forbidden Lease update")
+		}
+		if !p.log.contains("stopped leading: cluster writers stopped") {
+			return fmt.Errorf("still leading")
+		}
+		n, err := installMetric(t, client, "https://"+addr, "morph_leader_is_leader", "")
+		if err != nil {
+			return err
+		}
+		if n != 0 {
+			return fmt.Errorf("morph_leader_is_leader %v", n)
+		}
+		return nil
+	})
+	if v, err := team(); err != nil || v != "gatekeeper-v2" {
+		t.Errorf("without the Lease, a new ConfigMap has data.team %q (error %v), want gatekeeper-v2", v, err)
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("morph exited after Lease update was removed: %v", p.waitErr)
+	default:
+	}
+	said := map[string]bool{}
+	for _, line := range strings.Split(p.log.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "lease") || strings.Contains(line, "stopped leading") {
+			if _, msg, ok := strings.Cut(line, "msg="); ok && !said[msg[:min(len(msg), 40)]] {
+				said[msg[:min(len(msg), 40)]] = true
+				t.Logf("morph says: %s", line)
+			}
 		}
 	}
 }
