@@ -190,13 +190,21 @@ func deploymentArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
 	return nil
 }
 
-// TestInstallRender renders the chart with default values and with every non-default
+// TestInstall runs the install tests on one build of morph.
+func TestInstall(t *testing.T) {
+	helm := installHelm(t)
+	bin := serveBuildMorph(t)
+	t.Run("Render", func(t *testing.T) { testInstallRender(t, helm, bin) })
+	t.Run("KustomizeMatchesChart", func(t *testing.T) { testInstallKustomizeMatchesChart(t, helm) })
+	t.Run("RBAC", func(t *testing.T) { testInstallRBAC(t, helm, bin) })
+	t.Run("KubectlPlugin", func(t *testing.T) { testInstallKubectlPlugin(t, bin) })
+}
+
+// testInstallRender renders the chart with default values and with every non-default
 // option, and the kustomize base, and applies each with server-side dry-run; morph
 // accepts every flag the chart passes; helm lint is clean and the schema and the chart
 // refuse bad values.
-func TestInstallRender(t *testing.T) {
-	helm := installHelm(t)
-	bin := serveBuildMorph(t)
+func testInstallRender(t *testing.T, helm, bin string) {
 	for _, crd := range []*apiextensionsv1.CustomResourceDefinition{
 		installCRD("cert-manager.io", "Certificate", "certificates", "v1"),
 		installCRD("cert-manager.io", "Issuer", "issuers", "v1"),
@@ -303,11 +311,10 @@ func installNormalize(o *unstructured.Unstructured) *unstructured.Unstructured {
 	return o
 }
 
-// TestInstallKustomizeMatchesChart: config/default renders the objects of the chart
+// testInstallKustomizeMatchesChart: config/default renders the objects of the chart
 // with default values in morph-system, the same but for Helm's labels, plus the
 // Namespace.
-func TestInstallKustomizeMatchesChart(t *testing.T) {
-	helm := installHelm(t)
+func testInstallKustomizeMatchesChart(t *testing.T, helm string) {
 	chart := map[string]*unstructured.Unstructured{}
 	for _, o := range installDecode(t, helmTemplate(t, helm, "morph", "morph-system", nil)) {
 		chart[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = installNormalize(o)
@@ -392,7 +399,7 @@ func installMetric(t *testing.T, client *http.Client, base, name, match string) 
 	return sum, nil
 }
 
-// TestInstallRBAC: the chart's ServiceAccount, Roles and bindings are applied for real;
+// testInstallRBAC: the chart's ServiceAccount, Roles and bindings are applied for real;
 // morph runs out of cluster with a token of that ServiceAccount (TokenRequest API),
 // leader election on, its own certificate Secret and the chart's webhook overrides,
 // and the cluster scenario works:
@@ -402,10 +409,8 @@ func installMetric(t *testing.T, client *http.Client, base, name, match string) 
 // it, and keeps serving and mutating (no crash, no restart). Then Lease update is
 // removed from the Role: the leader logs the forbidden renewal and stops leading, and
 // morph keeps serving.
-func TestInstallRBAC(t *testing.T) {
+func testInstallRBAC(t *testing.T, helm, bin string) {
 	c := Current(t)
-	helm := installHelm(t)
-	bin := serveBuildMorph(t)
 	const release = "e2e-install-morph" // the objects are named after it; the ServiceAccount too
 
 	for _, crd := range clusterDecodeCRDs(t, serveRunMorph(t, bin, "generate", "crds")) {
@@ -657,13 +662,19 @@ func TestInstallRBAC(t *testing.T) {
 	}
 }
 
-// TestInstallKubectlPlugin: installed as kubectl-morph on PATH, morph runs as
+// testInstallKubectlPlugin: installed as kubectl-morph on PATH, morph runs as
 // `kubectl morph` and its usage says so.
-func TestInstallKubectlPlugin(t *testing.T) {
+func testInstallKubectlPlugin(t *testing.T, bin string) {
 	c := Current(t)
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "kubectl-morph")
-	installRun(t, nil, "go", "build", "-o", plugin, "./cmd/morph")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plugin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	path := "PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH")
 	out, err := installTry(t, nil, []string{path}, c.ControlPlane.KubectlPath(), "morph", "version")
 	if err != nil || !strings.HasPrefix(string(out), "morph ") {
