@@ -18,6 +18,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,6 +197,7 @@ func TestInstall(t *testing.T) {
 	bin := serveBuildMorph(t)
 	t.Run("Render", func(t *testing.T) { testInstallRender(t, helm, bin) })
 	t.Run("KustomizeMatchesChart", func(t *testing.T) { testInstallKustomizeMatchesChart(t, helm) })
+	t.Run("RBACMatchesDocs", func(t *testing.T) { testInstallRBACMatchesDocs(t, helm) })
 	t.Run("RBAC", func(t *testing.T) { testInstallRBAC(t, helm, bin) })
 	t.Run("KubectlPlugin", func(t *testing.T) { testInstallKubectlPlugin(t, bin) })
 }
@@ -345,6 +347,78 @@ func testInstallKustomizeMatchesChart(t *testing.T, helm string) {
 		}
 	}
 	t.Logf("%d objects compared", len(chart))
+}
+
+// docsRBAC reads the rules of the "### RBAC" sections of docs/cluster.md: the first
+// yaml block after each heading, either a bare rules list (the policies' ClusterRole)
+// or ClusterRole and Role objects (the webhooks'), by the names the chart gives them.
+func docsRBAC(t *testing.T) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(installRoot(t), "docs", "cluster.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]rbacv1.PolicyRule{}
+	sections := strings.Split(string(data), "\n### RBAC\n")
+	for _, sec := range sections[1:] {
+		_, rest, ok := strings.Cut(sec, "```yaml\n")
+		if !ok {
+			t.Fatalf("docs/cluster.md: an RBAC section without a yaml block")
+		}
+		block, _, _ := strings.Cut(rest, "```")
+		for _, o := range installDecode(t, []byte(block)) {
+			var rules struct {
+				Rules []rbacv1.PolicyRule `json:"rules"`
+			}
+			raw, _ := yaml.Marshal(o.Object)
+			if err := yaml.Unmarshal(raw, &rules); err != nil {
+				t.Fatal(err)
+			}
+			switch o.GetKind() {
+			case "":
+				out["ClusterRole/morph-policies"] = rules.Rules
+			default:
+				out[o.GetKind()+"/"+o.GetName()] = rules.Rules
+			}
+		}
+	}
+	return out
+}
+
+// testInstallRBACMatchesDocs: the chart's roles hold exactly the rules docs/cluster.md
+// documents, in its order.
+func testInstallRBACMatchesDocs(t *testing.T, helm string) {
+	want := docsRBAC(t)
+	if len(want) != 3 {
+		t.Fatalf("docs/cluster.md documents %d roles, want 3: %v", len(want), want)
+	}
+	for _, o := range installDecode(t, helmTemplate(t, helm, "morph", "morph-system", nil)) {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+			continue
+		}
+		key := o.GetKind() + "/" + o.GetName()
+		var got struct {
+			Rules []rbacv1.PolicyRule `json:"rules"`
+		}
+		raw, _ := yaml.Marshal(o.Object)
+		if err := yaml.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("the chart renders %s, which docs/cluster.md does not document", key)
+			continue
+		}
+		delete(want, key)
+		if !apiequality.Semantic.DeepEqual(got.Rules, w) {
+			g, _ := yaml.Marshal(got.Rules)
+			d, _ := yaml.Marshal(w)
+			t.Errorf("%s: the chart's rules differ from docs/cluster.md; chart:\n%s\ndocs:\n%s", key, g, d)
+		}
+	}
+	for key := range want {
+		t.Errorf("docs/cluster.md documents %s, the chart does not render it", key)
+	}
 }
 
 // installKubeconfig writes a kubeconfig for the harness's API server that
