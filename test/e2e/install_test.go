@@ -3,9 +3,18 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -199,6 +208,7 @@ func TestInstall(t *testing.T) {
 	t.Run("KustomizeMatchesChart", func(t *testing.T) { testInstallKustomizeMatchesChart(t, helm) })
 	t.Run("RBACMatchesDocs", func(t *testing.T) { testInstallRBACMatchesDocs(t, helm) })
 	t.Run("RBAC", func(t *testing.T) { testInstallRBAC(t, helm, bin) })
+	t.Run("RBACCertManager", func(t *testing.T) { testInstallRBACCertManager(t, helm, bin) })
 	t.Run("KubectlPlugin", func(t *testing.T) { testInstallKubectlPlugin(t, bin) })
 }
 
@@ -473,6 +483,104 @@ func installMetric(t *testing.T, client *http.Client, base, name, match string) 
 	return sum, nil
 }
 
+// installChartRBAC applies the chart's ServiceAccount, roles and bindings (of release
+// in namespace, with the values files) for real, checks there are count of them, and
+// returns a kubeconfig with a token of the ServiceAccount from the TokenRequest API, as
+// a Pod would get it.
+func installChartRBAC(t *testing.T, helm, release, namespace string, values []string, count int) string {
+	t.Helper()
+	c := Current(t)
+	var rbac []*unstructured.Unstructured
+	for _, o := range installDecode(t, helmTemplate(t, helm, release, namespace, values)) {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if len(rbac) != count {
+		t.Fatalf("the chart renders %d RBAC objects, want %d", len(rbac), count)
+	}
+	rbacYAML := installEncode(t, rbac)
+	kubectl(t, rbacYAML, "apply", "--server-side", "--field-manager=morph-e2e-install", "-f", "-")
+	t.Cleanup(func() {
+		out, err := installTry(t, rbacYAML, nil, c.ControlPlane.KubectlPath(), "--kubeconfig", c.KubeconfigPath(), "delete", "--ignore-not-found", "-f", "-")
+		if err != nil {
+			t.Errorf("cleanup: %v\n%s", err, out)
+		}
+	})
+	tr, err := c.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(t.Context(), release, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for ServiceAccount %s/%s: %v", namespace, release, err)
+	}
+	return installKubeconfig(t, tr.Status.Token)
+}
+
+// installStartMorph starts morph with args plus --addr and --webhook-url on a free port
+// and waits until /readyz answers 200 to client().
+func installStartMorph(t *testing.T, bin string, client func() (*http.Client, error), args ...string) (*serveProcess, string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		addr := serveFreeAddr(t)
+		p := serveStart(t, bin, append(slices.Clone(args), "--addr", addr, "--webhook-url", "https://"+addr)...)
+		err := poll(t.Context(), serveReadyTimeout, func() error {
+			select {
+			case <-p.done:
+				return fmt.Errorf("morph exited: %v", p.waitErr)
+			default:
+			}
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			resp, err := c.Get("https://" + addr + "/readyz")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/readyz: %s", resp.Status)
+			}
+			return nil
+		})
+		if err == nil {
+			return p, addr
+		}
+		if try >= serveStartTries || !p.log.contains("address already in use") {
+			t.Fatalf("morph %s: %v\n%s", strings.Join(args, " "), err, p.log)
+		}
+	}
+}
+
+// installAssign creates the Assign of testdata/cluster/policies.yaml for namespace
+// apps, named name, and waits until its status says Ready=True.
+func installAssign(t *testing.T, name, apps string) {
+	t.Helper()
+	c := Current(t)
+	data, err := os.ReadFile(filepath.Join("testdata", "cluster", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var assign *unstructured.Unstructured
+	for _, o := range clusterDecode(t, bytes.ReplaceAll(data, []byte("NAMESPACE"), []byte(apps))) {
+		if o.GetKind() == "Assign" {
+			assign = o
+		}
+	}
+	assign.SetName(name)
+	assigns := c.Dynamic.Resource(assignGVR)
+	if _, err := assigns.Create(t.Context(), assign, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := cleanupContext()
+		defer cancel()
+		_ = assigns.Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	clusterAwaitReady(t, assigns, name, "True", "Compiled")
+}
+
 // testInstallRBAC: the chart's ServiceAccount, Roles and bindings are applied for real;
 // morph runs out of cluster with a token of that ServiceAccount (TokenRequest API),
 // leader election on, its own certificate Secret and the chart's webhook overrides,
@@ -494,70 +602,10 @@ func testInstallRBAC(t *testing.T, helm, bin string) {
 	apps := CreateNamespace(t, "e2e-install-", nil) // the objects mutated
 	deleteClusterConfigs(t)
 
-	// The chart's RBAC, applied for real.
-	var rbac []*unstructured.Unstructured
-	for _, o := range installDecode(t, helmTemplate(t, helm, release, ns.Name, nil)) {
-		switch o.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			rbac = append(rbac, o)
-		}
-	}
-	if len(rbac) != 7 {
-		t.Fatalf("the chart renders %d RBAC objects, want 7 (ServiceAccount, 2 ClusterRoles and bindings, Role and binding)", len(rbac))
-	}
-	rbacYAML := installEncode(t, rbac)
-	kubectl(t, rbacYAML, "apply", "--server-side", "--field-manager=morph-e2e-install", "-f", "-")
-	t.Cleanup(func() {
-		out, err := installTry(t, rbacYAML, nil, c.ControlPlane.KubectlPath(), "--kubeconfig", c.KubeconfigPath(), "delete", "--ignore-not-found", "-f", "-")
-		if err != nil {
-			t.Errorf("cleanup: %v\n%s", err, out)
-		}
-	})
-
-	// A token of the chart's ServiceAccount, as a Pod would get it.
-	tr, err := c.Kube.CoreV1().ServiceAccounts(ns.Name).CreateToken(t.Context(), release, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for ServiceAccount %s/%s: %v", ns.Name, release, err)
-	}
-	kubeconfig := installKubeconfig(t, tr.Status.Token)
-
-	// morph, out of cluster, as the ServiceAccount.
-	var p *serveProcess
-	var addr string
-	for try := 1; ; try++ {
-		addr = serveFreeAddr(t)
-		p = serveStart(t, bin, append([]string{"serve", "--kubeconfig", kubeconfig, "--namespace", ns.Name, "--addr", addr,
-			"--webhook-url", "https://" + addr, "--log-level", "debug",
+	kubeconfig := installChartRBAC(t, helm, release, ns.Name, nil, 7)
+	p, addr := installStartMorph(t, bin, func() (*http.Client, error) { return clusterClient(t, ns.Name) },
+		append([]string{"serve", "--kubeconfig", kubeconfig, "--namespace", ns.Name, "--log-level", "debug",
 			"--webhook-failure-policy", "Ignore", "--exclude-namespace", "e2e-install-excluded"}, clusterLeaseArgs...)...)
-		err := poll(t.Context(), serveReadyTimeout, func() error {
-			select {
-			case <-p.done:
-				return fmt.Errorf("morph exited: %v", p.waitErr)
-			default:
-			}
-			client, err := clusterClient(t, ns.Name)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Get("https://" + addr + "/readyz")
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/readyz: %s", resp.Status)
-			}
-			return nil
-		})
-		if err == nil {
-			break
-		}
-		if try >= serveStartTries || !p.log.contains("address already in use") {
-			t.Fatalf("morph serve as ServiceAccount %s: %v\n%s", release, err, p.log)
-		}
-	}
 	if p.log.contains("forbidden") {
 		t.Errorf("morph was refused something with the chart's RBAC:\n%s", p.log)
 	}
@@ -567,27 +615,10 @@ func testInstallRBAC(t *testing.T, helm, bin string) {
 	}
 
 	// The cluster scenario: an Assign through the API, registered, compiled, mutating.
-	data, err := os.ReadFile(filepath.Join("testdata", "cluster", "policies.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var assign *unstructured.Unstructured
-	for _, o := range clusterDecode(t, bytes.ReplaceAll(data, []byte("NAMESPACE"), []byte(apps.Name))) {
-		if o.GetKind() == "Assign" {
-			assign = o
-		}
-	}
-	assign.SetName("e2e-install-configmap-team")
+	installAssign(t, "e2e-install-configmap-team", apps.Name)
 	assigns := c.Dynamic.Resource(assignGVR)
-	if _, err := assigns.Create(t.Context(), assign, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := cleanupContext()
-		defer cancel()
-		_ = assigns.Delete(ctx, assign.GetName(), metav1.DeleteOptions{})
-	})
-	clusterAwaitReady(t, assigns, assign.GetName(), "True", "Compiled")
+	assign := &unstructured.Unstructured{}
+	assign.SetName("e2e-install-configmap-team")
 	awaitRegistration(t, ns.Name, clusterTimeout, "configmaps@https://"+addr+"/mutate")
 	// The chart's webhook.failurePolicy and webhook.excludeNamespaces, as flags.
 	if m, err := getMorphMutating(t); err != nil {
@@ -762,4 +793,134 @@ func testInstallKubectlPlugin(t *testing.T, bin string) {
 	if err != nil || !strings.Contains(string(out), plugin) {
 		t.Errorf("kubectl plugin list does not show %s: %v\n%s", plugin, err, out)
 	}
+}
+
+// testInstallRBACCertManager: with certificates.mode=cert-manager the chart's Role has
+// no Secret rule; morph, as the chart's ServiceAccount, serves the pair of a read-only
+// --cert-dir (as cert-manager's Secret is mounted: ca.crt, tls.crt, tls.key), registers
+// its ca.crt as the caBundle, and the cluster scenario works.
+func testInstallRBACCertManager(t *testing.T, helm, bin string) {
+	c := Current(t)
+	const release = "e2e-install-cm-morph"
+	for _, crd := range clusterDecodeCRDs(t, serveRunMorph(t, bin, "generate", "crds")) {
+		CreateCRD(t, crd)
+	}
+	ns := CreateNamespace(t, "e2e-install-", nil)
+	apps := CreateNamespace(t, "e2e-install-", nil)
+	deleteClusterConfigs(t)
+	kubeconfig := installChartRBAC(t, helm, release, ns.Name, []string{"values-issuer.yaml"}, 7)
+	role, err := c.Kube.RbacV1().Roles(ns.Name).Get(t.Context(), release+"-webhooks", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "secrets") {
+			t.Errorf("with cert-manager the Role still grants %v on secrets", r.Verbs)
+		}
+	}
+
+	// What cert-manager writes into the Secret (its own CA, not morph's), mounted
+	// read-only: the files must be left as they are.
+	certs := t.TempDir()
+	caPEM, certPEM, keyPEM := installIssue(t)
+	files := map[string][]byte{"ca.crt": caPEM, "tls.crt": certPEM, "tls.key": keyPEM}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(certs, name), data, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(certs)
+		if len(entries) != len(files) {
+			t.Errorf("morph wrote into the certificate folder: %v", entries)
+		}
+		for name, data := range files {
+			if got, err := os.ReadFile(filepath.Join(certs, name)); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("morph changed %s (%v)", name, err)
+			}
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		Proxy: nil, DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12},
+	}}
+	p, addr := installStartMorph(t, bin, func() (*http.Client, error) { return client, nil },
+		append([]string{"serve", "--kubeconfig", kubeconfig, "--namespace", ns.Name, "--cert-dir", certs, "--log-level", "debug"}, clusterLeaseArgs...)...)
+
+	installAssign(t, "e2e-install-cm-configmap-team", apps.Name)
+	clusterAwait(t, "the webhook registered with the mounted ca.crt", func() error {
+		m, err := getMorphMutating(t)
+		if err != nil {
+			return err
+		}
+		if got := mutatingResources(m); !slices.Equal(got, []string{"configmaps@https://" + addr + "/mutate"}) {
+			return fmt.Errorf("registered %v", got)
+		}
+		for _, w := range m.Webhooks {
+			if !bytes.Equal(w.ClientConfig.CABundle, caPEM) {
+				return fmt.Errorf("webhook %s: caBundle is not the mounted ca.crt", w.Name)
+			}
+		}
+		return nil
+	})
+	seq := 0
+	clusterAwait(t, "a ConfigMap mutated by the Assign", func() error {
+		seq++
+		cm, err := c.Kube.CoreV1().ConfigMaps(apps.Name).Create(t.Context(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", seq)},
+		}, metav1.CreateOptions{})
+		if err != nil || cm.Data["team"] != "gatekeeper-v1" {
+			return fmt.Errorf("data %v, error %v", cm.Data, err)
+		}
+		return nil
+	})
+	if p.log.contains("forbidden") {
+		t.Errorf("morph was refused something with the chart's cert-manager RBAC:\n%s", p.log)
+	}
+	if _, err := c.Kube.CoreV1().Secrets(ns.Name).Get(t.Context(), clusterSecret, metav1.GetOptions{}); err == nil {
+		t.Errorf("morph made Secret %s with certificates given from outside", clusterSecret)
+	}
+}
+
+// installIssue makes a CA (as cert-manager's CA Issuer would have one) and a serving
+// certificate for 127.0.0.1 signed by it, in PEM.
+func installIssue(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e-install cert-manager CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
