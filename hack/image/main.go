@@ -138,7 +138,7 @@ func build(ctx context.Context, o options) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	var adds []mutate.IndexAddendum
 	for _, p := range o.platforms {
 		plat, err := v1.ParsePlatform(p)
