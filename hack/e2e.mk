@@ -30,13 +30,11 @@ kube-binaries:
 gatekeeper-oracle:
 	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-gatekeeper.sh
 
-HELM_BIN = $(E2E_CACHE)/helm-$(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' $(MORPH_E2E_ROOT)/hack/helm/go.mod)/helm
-
 helm:
 	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-helm.sh
 
 e2e: $(if $(filter 0,$(MORPH_E2E)),,kube-binaries helm image-test)
-	cd $(MORPH_E2E_ROOT) && KUBE_ASSETS=$(KUBE_ASSETS_DIR) HELM=$(HELM_BIN) $(GO) test -v -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
+	cd $(MORPH_E2E_ROOT) && KUBE_ASSETS=$(KUBE_ASSETS_DIR) $(if $(filter 0,$(MORPH_E2E)),,HELM=$$(MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-helm.sh)) $(GO) test -v -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 # The image module is its own (hack/image/go.mod): go test ./... of the root skips it.
 image-test:
