@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,11 +49,27 @@ type reportedError struct{ err error }
 func (e reportedError) Error() string { return e.err.Error() }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(runAs(displayName(os.Args[0]), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// displayName is how usage and help name the command: "kubectl morph" when the binary
+// runs as the kubectl plugin kubectl-morph, else "morph".
+func displayName(argv0 string) string {
+	if strings.HasPrefix(filepath.Base(argv0), "kubectl-") {
+		return "kubectl morph"
+	}
+	return "morph"
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runAs("morph", args, stdin, stdout, stderr)
+}
+
+func runAs(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdin, stdout, stderr)
+	if name != root.Name() {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
+	}
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {

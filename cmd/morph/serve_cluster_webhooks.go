@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -48,6 +49,9 @@ type clusterOptions struct {
 	leaseDuration time.Duration
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
+	// failurePolicy and excludeNamespaces override every registered webhook.
+	failurePolicy     string
+	excludeNamespaces []string
 	// newLoader builds the dialects with readers of cluster objects (resource.Get,
 	// globalContext.Get).
 	newLoader func(*objects.Store, clusterReaders) *policy.Loader
@@ -64,6 +68,26 @@ func (c *clusterOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&c.leaseDuration, "leader-election-lease-duration", leader.DefaultLeaseDuration, "how long a leader's Lease lasts without renewal")
 	f.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", leader.DefaultRenewDeadline, "how long the leader tries to renew before it stops leading")
 	f.DurationVar(&c.retryPeriod, "leader-election-retry-period", leader.DefaultRetryPeriod, "how often replicas try to acquire or renew the Lease")
+	f.StringVar(&c.failurePolicy, "webhook-failure-policy", "", "cluster mode: Fail or Ignore: the failurePolicy of every registered webhook, what the API server does when morph cannot be reached (default: each policy's own)")
+	f.StringSliceVar(&c.excludeNamespaces, "exclude-namespace", nil, "cluster mode: a namespace admission skips, besides kube-system and --namespace (repeatable)")
+}
+
+// overrides are the registration's --webhook-failure-policy and --exclude-namespace.
+func (c *clusterOptions) overrides() (registration.Overrides, error) {
+	o := registration.Overrides{ExcludeNamespaces: c.excludeNamespaces}
+	switch c.failurePolicy {
+	case "":
+	case string(admissionregistrationv1.Fail), string(admissionregistrationv1.Ignore):
+		o.FailurePolicy = admissionregistrationv1.FailurePolicyType(c.failurePolicy)
+	default:
+		return o, usagef("--webhook-failure-policy %q: use Fail or Ignore (or leave it unset for each policy's own)", c.failurePolicy)
+	}
+	for _, ns := range c.excludeNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return o, usagef("--exclude-namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+	}
+	return o, nil
 }
 
 // resolveNamespace fills in --namespace: the Pod's namespace, else morph-system.
@@ -190,6 +214,10 @@ func (o *serveOptions) setupClusterWebhooks(kube kubernetes.Interface, apiext ap
 	if err != nil {
 		return nil, err
 	}
+	overrides, err := c.overrides()
+	if err != nil {
+		return nil, err
+	}
 	electorCfg := leader.Config{Namespace: c.namespace, LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod, Logger: log}
 	if c.leaderElect {
 		electorCfg.Client = kube
@@ -241,6 +269,7 @@ func (o *serveOptions) setupClusterWebhooks(kube kubernetes.Interface, apiext ap
 	if o.admission {
 		elector.Add("webhook-configurations", &registration.Configs{
 			Client: kube, Options: regOpts, CA: caBundle, Policies: w.Policies, Wake: caChanged, Log: log, Metrics: regMetrics,
+			Overrides: overrides,
 		})
 	}
 	if o.conversion {

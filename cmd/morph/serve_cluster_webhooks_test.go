@@ -66,3 +66,31 @@ func TestClusterModeNeedsNoCertificateFlags(t *testing.T) {
 		t.Errorf("cluster mode without --cert-dir or --tls-cert: %v; want the Secret's certificates", err)
 	}
 }
+
+func TestClusterOverrides(t *testing.T) {
+	for _, tc := range []struct {
+		name, failure string
+		exclude       []string
+		wantFailure   string
+		wantErr       string
+	}{
+		{name: "none"},
+		{name: "Ignore", failure: "Ignore", wantFailure: "Ignore"},
+		{name: "Fail and exclusions", failure: "Fail", exclude: []string{"kyverno", "gatekeeper-system"}, wantFailure: "Fail"},
+		{name: "lower case", failure: "ignore", wantErr: "--webhook-failure-policy"},
+		{name: "bad namespace", exclude: []string{"Not_A_Label"}, wantErr: "--exclude-namespace"},
+	} {
+		c := clusterOptions{failurePolicy: tc.failure, excludeNamespaces: tc.exclude}
+		got, err := c.overrides()
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || exitCode(err) != exitUsage {
+				t.Errorf("%s: error %v; want a usage error naming %s", tc.name, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case string(got.FailurePolicy) != tc.wantFailure || !slices.Equal(got.ExcludeNamespaces, tc.exclude):
+			t.Errorf("%s: overrides %+v", tc.name, got)
+		}
+	}
+}

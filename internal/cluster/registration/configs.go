@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -49,6 +50,8 @@ type Configs struct {
 	Resync  time.Duration
 	Log     *slog.Logger
 	Metrics *Metrics
+	// Overrides change every webhook registered (flags of morph serve).
+	Overrides Overrides
 
 	mutating   listers.MutatingWebhookConfigurationLister
 	validating listers.ValidatingWebhookConfigurationLister
@@ -113,11 +116,13 @@ func (c *Configs) Reconcile(ctx context.Context) error {
 	if mutating != nil {
 		for i := range mutating.Webhooks {
 			mutating.Webhooks[i].ObjectSelector = objectSelector(mutating.Webhooks[i].ObjectSelector)
+			c.Overrides.apply(&mutating.Webhooks[i].FailurePolicy, mutating.Webhooks[i].NamespaceSelector)
 		}
 	}
 	if validating != nil {
 		for i := range validating.Webhooks {
 			validating.Webhooks[i].ObjectSelector = objectSelector(validating.Webhooks[i].ObjectSelector)
+			c.Overrides.apply(&validating.Webhooks[i].FailurePolicy, validating.Webhooks[i].NamespaceSelector)
 		}
 	}
 	type (
@@ -197,6 +202,45 @@ func (c *Configs) count(object string, err *error) {
 	if *err != nil {
 		c.Metrics.errors.WithLabelValues(object).Inc()
 	}
+}
+
+// Overrides are what an installation changes in every webhook morph registers: the
+// chart's failurePolicy and namespace exclusions (morph serve --webhook-failure-policy,
+// --exclude-namespace).
+type Overrides struct {
+	// FailurePolicy, when set, replaces the failurePolicy of every webhook: what the
+	// API server does when it cannot reach morph. What morph answers when a policy
+	// itself fails still follows that policy's own failure policy.
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// ExcludeNamespaces are added to the namespaces the namespaceSelector excludes
+	// (kube-system and morph's own).
+	ExcludeNamespaces []string
+}
+
+// apply changes one webhook's failure policy and namespace selector.
+func (o Overrides) apply(failure **admissionregistrationv1.FailurePolicyType, namespaces *metav1.LabelSelector) {
+	if o.FailurePolicy != "" {
+		*failure = new(o.FailurePolicy)
+	}
+	if len(o.ExcludeNamespaces) == 0 || namespaces == nil {
+		return
+	}
+	for i, req := range namespaces.MatchExpressions {
+		if req.Key != "kubernetes.io/metadata.name" || req.Operator != metav1.LabelSelectorOpNotIn {
+			continue
+		}
+		values := slices.Clone(req.Values)
+		for _, ns := range o.ExcludeNamespaces {
+			if !slices.Contains(values, ns) {
+				values = append(values, ns)
+			}
+		}
+		namespaces.MatchExpressions[i].Values = values
+		return
+	}
+	namespaces.MatchExpressions = append(namespaces.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: slices.Clone(o.ExcludeNamespaces),
+	})
 }
 
 // objectSelector is sel as the API server stores it: {} when unset, so that what is
