@@ -80,6 +80,8 @@ func (b *backgroundRun) admitted(ctx context.Context, req *engine.Request, obj m
 	trigger.Object = obj
 	if req.Operation == engine.Delete {
 		trigger.Object = nil
+		// Once admitted, the object is gone: the background no longer lists or reads it.
+		b.rt.Store.Remove(req.Kind.Group, req.Kind.Kind, req.Namespace, req.Name)
 	} else if obj != nil && req.SubResource == "" {
 		stored := obj
 		if md, _ := obj["metadata"].(map[string]any); req.Namespace != "" && md["namespace"] == nil {

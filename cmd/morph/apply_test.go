@@ -281,6 +281,9 @@ func TestApplyBackground(t *testing.T) {
 		{"expression-create", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger.yaml", "--existing", dir + "/existing.yaml", "--explain"}},
 		{"expression-update", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger.yaml", "--old", dir + "/trigger-old.yaml", "--operation", "UPDATE", "--existing", dir + "/existing.yaml", "-o", "patch"}},
 		{"expression-delete", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger-old.yaml", "--operation", "DELETE", "--existing", dir + "/existing.yaml", "-o", "patch"}},
+		// A deleted trigger that also exists is gone once admitted: not listed by
+		// resource.List, not printed as an existing object.
+		{"expression-delete-existing", []string{"-p", dir + "/expression-policy.yaml", "-f", dir + "/trigger-old.yaml", "--operation", "DELETE", "--existing", dir + "/existing.yaml," + dir + "/trigger-old.yaml", "-o", "patch"}},
 		// The scan of an expression policy runs once per existing trigger object.
 		{"expression-scan", []string{"-p", dir + "/expression-policy.yaml", "--existing", dir + "/existing.yaml," + dir + "/trigger-old.yaml", "-o", "patch"}},
 		// The README's example.

@@ -71,6 +71,17 @@ func (s *Store) Add(obj map[string]any) error {
 	return nil
 }
 
+// Remove deletes the object of the group, kind, namespace and name, as an admitted
+// DELETE does; an object the store does not hold is no error.
+func (s *Store) Remove(group, kind, namespace, name string) {
+	k := Key{group, kind, namespace, name}
+	if _, ok := s.objects[k]; !ok {
+		return
+	}
+	delete(s.objects, k)
+	s.order = slices.DeleteFunc(s.order, func(o Key) bool { return o == k })
+}
+
 // Len is the number of objects.
 func (s *Store) Len() int { return len(s.objects) }
 

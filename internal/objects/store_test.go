@@ -1,6 +1,9 @@
 package objects
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestStore(t *testing.T) {
 	s := NewStore()
@@ -73,5 +76,26 @@ func TestDefaultNamespace(t *testing.T) {
 	}
 	if got := len(s.List("", "ConfigMap", "team")); got != 1 {
 		t.Errorf("List in team = %d objects, want 1", got)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	s := NewStore()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := s.Add(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name, "namespace": "ns"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Remove("", "ConfigMap", "ns", "b")
+	s.Remove("", "ConfigMap", "ns", "absent") // no error, no change
+	if _, ok := s.Get("", "ConfigMap", "ns", "b"); ok {
+		t.Error("b is still there after Remove")
+	}
+	var names []string
+	for _, o := range s.List("", "ConfigMap", "ns") {
+		names = append(names, o["metadata"].(map[string]any)["name"].(string))
+	}
+	if got := strings.Join(names, ","); got != "a,c" || s.Len() != 2 {
+		t.Errorf("after Remove: List = %s, Len = %d; want a,c and 2", got, s.Len())
 	}
 }
