@@ -36,9 +36,9 @@ build:
 
 test: unit suite race lint e2e
 
-unit: $(if $(filter 0,$(MORPH_E2E)),,gatekeeper-oracle)
+unit: $(if $(filter 0,$(MORPH_E2E)),,gatekeeper-oracle kyverno-jmespath-oracle)
 	$(GO) mod download
-	$(GO) test -count=1 $(UNIT_PKGS)
+	$(if $(filter 0,$(MORPH_E2E)),,KYVERNO_JMESPATH_ORACLE=$$(MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-kyverno-jmespath.sh)) $(GO) test -count=1 $(UNIT_PKGS)
 
 race:
 	$(GO) test -race -count=1 $(RACE_PKGS)

@@ -6,6 +6,8 @@
 #   make cluster         run that control plane for interactive use
 #   make gatekeeper-oracle  build (or reuse) the Gatekeeper v3.23.1 oracle of
 #                        test/gatekeeper (make unit builds it first)
+#   make kyverno-jmespath-oracle  build (or reuse) Kyverno 1.19.1's JMESPath, the oracle
+#                        of internal/dialect/cel's differential test (make unit too)
 #   make helm            build (or reuse) the helm of hack/helm (the install tests'),
 #                        cached next to the kube binaries
 #   make image-test      build the OCI image twice and check it (hack/image)
@@ -22,13 +24,16 @@ E2E_TIMEOUT ?= 20m
 MORPH_E2E_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 KUBE_ASSETS_DIR = $(E2E_CACHE)/$(KUBE_VERSION)
 
-.PHONY: kube-binaries e2e cluster gatekeeper-oracle helm image-test
+.PHONY: kube-binaries e2e cluster gatekeeper-oracle kyverno-jmespath-oracle helm image-test
 
 kube-binaries:
 	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) KUBE_VERSION=$(KUBE_VERSION) hack/build-kube.sh
 
 gatekeeper-oracle:
 	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-gatekeeper.sh
+
+kyverno-jmespath-oracle:
+	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-kyverno-jmespath.sh
 
 helm:
 	cd $(MORPH_E2E_ROOT) && MORPH_E2E_CACHE=$(E2E_CACHE) hack/build-helm.sh
