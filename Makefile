@@ -23,6 +23,10 @@ GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 FUZZTIME              ?= 20s
 IMAGE_DIR             ?= build/image
 BENCHCOUNT            ?= 6
+# BENCH_BASE is the revision make bench compares package bench with, before and after
+# in one run: the last commit before the seam of issue 10. Empty skips the comparison
+# (a shallow clone lacks it).
+BENCH_BASE ?= 08b068f
 UNIT_PKGS              = $(shell $(GO) list ./... | grep -v /test/e2e)
 # The packages that run goroutines (servers, reloads, pools, deadlines).
 RACE_PKGS              = ./internal/engine/... ./internal/heapfloor/... ./internal/webhook/... ./internal/dialect/... ./cmd/morph/...
@@ -57,7 +61,7 @@ lint:
 	$(GOLANGCI_LINT) run ./...
 
 bench:
-	$(GO) run ./bench/report -count $(BENCHCOUNT) -out docs/performance.md
+	$(GO) run ./bench/report -count $(BENCHCOUNT) -base '$(BENCH_BASE)' -out docs/performance.md
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \

@@ -51,7 +51,20 @@ func main() {
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime")
 	load := flag.Bool("load", true, "also run the webhook load test (bench/loadtest, about 6 minutes) and add its tables")
 	floorDuration := flag.Duration("heap-floor-duration", time.Minute, "measured time per target at 1,000/s, the same with and without the heap floor")
+	base := flag.String("base", "", "git revision to compare package bench with, before and after in one run (empty: no comparison)")
+	rounds := flag.Int("base-rounds", 6, "rounds of the before/after comparison")
+	compareOnly := flag.Bool("compare-only", false, "run only the before/after comparison with -base and print it")
 	flag.Parse()
+
+	if *compareOnly {
+		section, err := compareBase(*base, *rounds)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report: comparison failed:", err)
+			os.Exit(1)
+		}
+		fmt.Print(section)
+		return
+	}
 
 	// -p 1: one package at a time, so that no benchmark shares the machine with another.
 	args := []string{"test", "-p", "1", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(*count), "-benchtime", *benchtime}
@@ -63,6 +76,14 @@ func main() {
 	}
 	samples, cpu := parse(printed)
 	report := render(samples, cpu, command, *count)
+	if *base != "" {
+		section, err := compareBase(*base, *rounds)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report: comparison failed:", err)
+			os.Exit(1)
+		}
+		report += section
+	}
 	if *load {
 		section, err := loadTest(*floorDuration)
 		if err != nil {

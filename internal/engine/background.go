@@ -106,11 +106,7 @@ func (r Request) MarshalJSON() ([]byte, error) {
 		UID: r.UID, Kind: r.Kind, Resource: r.Resource, SubResource: r.SubResource,
 		Operation: r.Operation, Namespace: r.Namespace, Name: r.Name, UserInfo: r.UserInfo,
 		Source: r.Source, DryRun: r.DryRun, Background: r.Background, Reconcile: r.Reconcile,
-		WriteBudget: r.WriteBudget, Trigger: r.Trigger,
-	}
-	if r.Policy != (ID{}) {
-		id := r.Policy
-		w.Policy = &id
+		WriteBudget: r.WriteBudget, Trigger: r.Trigger, Policy: r.Policy,
 	}
 	for _, o := range []struct {
 		dst *json.RawMessage
@@ -140,10 +136,7 @@ func (r *Request) UnmarshalJSON(data []byte) error {
 		UID: w.UID, Kind: w.Kind, Resource: w.Resource, SubResource: w.SubResource,
 		Operation: w.Operation, Namespace: w.Namespace, Name: w.Name, UserInfo: w.UserInfo,
 		Source: w.Source, DryRun: w.DryRun, Background: w.Background, Reconcile: w.Reconcile,
-		WriteBudget: w.WriteBudget, Trigger: w.Trigger,
-	}
-	if w.Policy != nil {
-		r.Policy = *w.Policy
+		WriteBudget: w.WriteBudget, Trigger: w.Trigger, Policy: w.Policy,
 	}
 	for _, o := range []struct {
 		src json.RawMessage

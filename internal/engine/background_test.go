@@ -26,7 +26,7 @@ func TestRequestJSONRoundTrip(t *testing.T) {
 		},
 		"delete": {Operation: Delete, OldObject: pod},
 		"background": {
-			Background: true, Policy: ID{Order: -2, Dialect: "cel", Kind: "MutatingPolicy", Namespace: "n", Name: "p", Part: "x"},
+			Background: true, Policy: &ID{Order: -2, Dialect: "cel", Kind: "MutatingPolicy", Namespace: "n", Name: "p", Part: "x"},
 			Object:  pod,
 			Trigger: &Request{Operation: Create, Object: pod, Kind: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}},
 		},

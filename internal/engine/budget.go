@@ -63,7 +63,7 @@ func Stopped(ctx context.Context) error {
 // callContext is the context of one call of a policy: ctx, bounded by the policy's
 // Timeout when that ends before ctx's own deadline. It starts one timer, and only when
 // the policy's timeout is the nearer deadline.
-func callContext(ctx context.Context, d Descriptor) (context.Context, context.CancelFunc) {
+func callContext(ctx context.Context, d *Descriptor) (context.Context, context.CancelFunc) {
 	if d.Timeout <= 0 {
 		return ctx, func() {}
 	}

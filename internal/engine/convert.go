@@ -62,7 +62,7 @@ func (c *Conversions) Convert(ctx context.Context, obj map[string]any, desired s
 	if !ok {
 		return nil, false, fmt.Errorf("no conversion policy for %s: add conversion paths for it", gk)
 	}
-	out, err = runConvert(ctx, conv, obj, to.String())
+	out, err = runConvert(ctx, &conv, obj, to.String())
 	if err != nil {
 		return nil, false, fmt.Errorf("converting %s to %s with %s: %w", apiVersion, to, conv.ID, err)
 	}
@@ -73,8 +73,8 @@ func (c *Conversions) Convert(ctx context.Context, obj map[string]any, desired s
 }
 
 // runConvert runs one converter under its budgets, turning a panic into an error.
-func runConvert(ctx context.Context, conv Converter, obj map[string]any, to string) (out map[string]any, err error) {
-	ctx, done := callContext(ctx, conv.Descriptor)
+func runConvert(ctx context.Context, conv *Converter, obj map[string]any, to string) (out map[string]any, err error) {
+	ctx, done := callContext(ctx, &conv.Descriptor)
 	defer done()
 	defer func() {
 		if r := recover(); r != nil {

@@ -110,17 +110,18 @@ type Request struct {
 	// policies with a Descriptor.Background apply, matched by their own rules for
 	// existing objects. Object is the target, OldObject nil.
 	Background bool
-	// Policy, on a background request, names the one policy that runs (the zero ID:
-	// every policy with a Descriptor.Background).
-	Policy ID
-	// Trigger, on a background request, is the admission request that triggered the
-	// mutation (its object as admitted): what the policy sees as `request`.
-	Trigger *Request
 	// Reconcile marks an object reconciled by its controller (Katalog's reconciler,
 	// morph apply --mode reconcile): every policy applies, also those off at admission
 	// (Descriptor.AdmissionOff). Without Background or Reconcile the request is an
 	// admission request, which policies off at admission do not see.
 	Reconcile bool
+	// Policy, on a background request, names the one policy that runs (nil: every
+	// policy with a Descriptor.Background). A pointer, so that an admission request,
+	// allocated per request, does not carry an ID it never uses.
+	Policy *ID
+	// Trigger, on a background request, is the admission request that triggered the
+	// mutation (its object as admitted): what the policy sees as `request`.
+	Trigger *Request
 	// WriteBudget bounds the bytes the policies may write into the object in this
 	// request (see Writer.Charge); 0 is DefaultWriteBudget.
 	WriteBudget int64

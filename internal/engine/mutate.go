@@ -77,7 +77,7 @@ restart:
 			if err := Stopped(ctx); err != nil {
 				return fmt.Errorf("mutation stopped in pass %d before %s: %w", pass, c.ID, err)
 			}
-			next, err := invoke(ctx, req, c.Mutator, obj, w)
+			next, err := invoke(ctx, req, &c.Mutator, obj, w)
 			if err != nil {
 				if c.FailurePolicy == FailClose || isRequestDeadline(ctx) {
 					// Past the request's own deadline nothing may run any more, whatever
@@ -138,7 +138,7 @@ func anyRuns(cands []*compiled, pass int) bool {
 // applicable keeps the candidates that run on this kind of request (see Applies). It
 // allocates only when it drops one.
 func applicable(cands []*compiled, req *Request) []*compiled {
-	keep := func(c *compiled) bool { return Applies(c.Descriptor, req) }
+	keep := func(c *compiled) bool { return Applies(&c.Descriptor, req) }
 	for i, c := range cands {
 		if keep(c) {
 			continue
@@ -158,10 +158,10 @@ func applicable(cands []*compiled, req *Request) []*compiled {
 // request (Request.Background) only the policies that mutate existing objects; on a
 // reconciled object (Request.Reconcile) every policy; at admission the policies not
 // turned off at admission. It decides for mutators and validators alike.
-func Applies(d Descriptor, req *Request) bool {
+func Applies(d *Descriptor, req *Request) bool {
 	switch {
 	case req.Background:
-		return d.Background != nil && (req.Policy == (ID{}) || req.Policy == d.ID)
+		return d.Background != nil && (req.Policy == nil || *req.Policy == d.ID)
 	case req.Reconcile:
 		return true
 	}
@@ -187,8 +187,8 @@ func isRequestDeadline(ctx context.Context) bool { return ctx.Err() != nil }
 // request's deadline (one timer, only when the policy's is nearer), and the run's write
 // budget. A panic is an error, so that one broken policy never takes the request down;
 // a result that arrives after the deadline is an error, never used.
-func invoke(ctx context.Context, req *Request, m Mutator, obj map[string]any, w *Writer) (next map[string]any, err error) {
-	ctx, done := callContext(ctx, m.Descriptor)
+func invoke(ctx context.Context, req *Request, m *Mutator, obj map[string]any, w *Writer) (next map[string]any, err error) {
+	ctx, done := callContext(ctx, &m.Descriptor)
 	defer done()
 	defer func() {
 		if r := recover(); r != nil {

@@ -75,7 +75,6 @@ func (w *Writer) disown() {
 // rule stays (any reported change reinvokes), so that CEL and Katalog policies behave
 // exactly as before.
 func passSettles(cands []*compiled, changedBy []int, trace []Change, pass int, before, after map[string]any) bool {
-	var paths []string
 	for _, i := range changedBy {
 		if cands[i].Reinvocation != ReinvokeIfNeeded {
 			return false
@@ -87,9 +86,9 @@ func passSettles(cands []*compiled, changedBy []int, trace []Change, pass int, b
 		}
 	}
 	for _, c := range trace {
-		if c.Pass == pass {
-			paths = append(paths, c.Paths...)
+		if c.Pass == pass && netChanged(before, after, c.Paths) {
+			return false
 		}
 	}
-	return !netChanged(before, after, paths)
+	return true
 }

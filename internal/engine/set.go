@@ -130,7 +130,7 @@ func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled 
 // whose mutation could not finish is then refused.
 func (s *Set) FailClose(req *Request) bool {
 	for _, c := range s.candidates(req.Kind, req.Operation) {
-		if c.FailurePolicy == FailClose && Applies(c.Descriptor, req) {
+		if c.FailurePolicy == FailClose && Applies(&c.Descriptor, req) {
 			return true
 		}
 	}

@@ -54,8 +54,9 @@ func (v *Validators) Validate(ctx context.Context, req *Request, obj map[string]
 // ValidateSome is Validate with only the validators keep accepts (nil: all), such as
 // those that ask to validate after mutation when an object is reconciled.
 func (v *Validators) ValidateSome(ctx context.Context, req *Request, obj map[string]any, keep func(Descriptor) bool) (violations []Violation, warnings []string, failures []Failure) {
-	for _, val := range v.all {
-		if (keep != nil && !keep(val.Descriptor)) || !targetsMatch(val.Targets, req.Kind, req.Operation) || !Applies(val.Descriptor, req) {
+	for i := range v.all {
+		val := &v.all[i]
+		if (keep != nil && !keep(val.Descriptor)) || !targetsMatch(val.Targets, req.Kind, req.Operation) || !Applies(&val.Descriptor, req) {
 			continue
 		}
 		if err := Stopped(ctx); err != nil {
@@ -87,8 +88,8 @@ func targetsMatch(ts []Target, gvk schema.GroupVersionKind, op Operation) bool {
 
 // callValidate runs one validator under its timeout and the request's deadline, turning
 // a panic into an error.
-func callValidate(ctx context.Context, req *Request, val Validator, obj map[string]any) (vs []Violation, err error) {
-	ctx, done := callContext(ctx, val.Descriptor)
+func callValidate(ctx context.Context, req *Request, val *Validator, obj map[string]any) (vs []Violation, err error) {
+	ctx, done := callContext(ctx, &val.Descriptor)
 	defer done()
 	defer func() {
 		if r := recover(); r != nil {
@@ -105,8 +106,9 @@ func callValidate(ctx context.Context, req *Request, val Validator, obj map[stri
 // FailClose reports whether any validator that applies to req fails closed: a request
 // whose validation could not finish is then refused.
 func (v *Validators) FailClose(req *Request) bool {
-	for _, val := range v.all {
-		if val.FailurePolicy == FailClose && targetsMatch(val.Targets, req.Kind, req.Operation) && Applies(val.Descriptor, req) {
+	for i := range v.all {
+		val := &v.all[i]
+		if val.FailurePolicy == FailClose && targetsMatch(val.Targets, req.Kind, req.Operation) && Applies(&val.Descriptor, req) {
 			return true
 		}
 	}

@@ -154,7 +154,7 @@ func Background(ctx context.Context, p Policies, w Work, target map[string]any) 
 		UserInfo:   trigger.UserInfo,
 		Source:     engine.SourceOriginal,
 		Background: true,
-		Policy:     w.Policy,
+		Policy:     &w.Policy,
 		Trigger:    trigger,
 	}
 	return p.Set.Mutate(ctx, req)

@@ -169,7 +169,7 @@ func TestBackground(t *testing.T) {
 		t.Fatalf("a ran %d times, b %d: want a only", len(*seenA), len(*seenB))
 	}
 	req := (*seenA)[0]
-	if !req.Background || req.Policy != a.ID || req.Trigger != trigger || req.Operation != engine.Delete ||
+	if !req.Background || req.Policy == nil || *req.Policy != a.ID || req.Trigger != trigger || req.Operation != engine.Delete ||
 		req.OldObject != nil || req.SubResource != "status" || req.Name != "x" {
 		t.Errorf("request %+v", req)
 	}
