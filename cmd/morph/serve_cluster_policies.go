@@ -97,6 +97,10 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	types := patch.NewTypeConverterManager(nil, kube.Discovery().OpenAPIV3())
 	go types.Run(ctx)
 	readers := newClusterReaders(gctx, types)
+	// apiCall entries are polled in the background (from their first read), each
+	// outcome recorded for the entry's status; a changed or deleted entry's poller stops.
+	readers.apiCalls.Poll(ctx, gctx.APICallRefreshed)
+	gctx.OnChange(readers.apiCalls.Forget)
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
 		Client: dyn,
@@ -140,6 +144,8 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	}
 	writer := &policies.StatusWriter{Source: src, Client: dyn, Events: events, Logger: log.With("component", "status")}
 	w.Elector.Add("policy-status", leader.RunnableFunc(func(ctx context.Context) error { writer.Run(ctx); return nil }))
+	gstatus := &globalcontext.StatusWriter{Source: gctx, Logger: log.With("component", "globalcontext-status")}
+	w.Elector.Add("globalcontext-status", leader.RunnableFunc(func(ctx context.Context) error { gstatus.Run(ctx); return nil }))
 	if reload == webhook.DefaultReloadInterval {
 		reload = clusterReloadInterval
 	}
