@@ -108,6 +108,20 @@ func TestGlobalContext(t *testing.T) {
 		t.Fatalf("a Pod reading the widgets entry: %v, want a denial containing %q", err, notServed)
 	}
 	gctxAwaitStatus(t, "e2e-gctx-widgets", "False", "Failed", notServed, false)
+	// ... with a Warning Event, as Kyverno's (in namespace default: the entry is
+	// cluster-scoped).
+	clusterAwait(t, "a Warning Event on e2e-gctx-widgets", func() error {
+		list, err := c.Kube.CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=e2e-gctx-widgets"})
+		if err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "PolicyError" && strings.Contains(e.Message, notServed) {
+				return nil
+			}
+		}
+		return fmt.Errorf("events %v", list.Items)
+	})
 }
 
 // TestGlobalContextNoCRD runs morph serve in cluster mode without Kyverno's

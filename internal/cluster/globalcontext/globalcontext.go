@@ -15,6 +15,7 @@ package globalcontext
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,10 @@ var errNoCRD = fmt.Errorf("the API server serves no GlobalContextEntries (%s): i
 
 // Source reads GlobalContextEntries and their data from the API server.
 type Source struct {
+	// Logger, when set, logs an apiCall that fails, or fails otherwise than before, and
+	// one that answers again (not every failed call: a failing entry keeps failing).
+	Logger *slog.Logger
+
 	client dynamic.Interface
 	rest   rest.Interface
 	now    func() time.Time
@@ -107,7 +112,15 @@ func (s *Source) OnChange(f func(name string)) {
 // APICallCache.Poll.
 func (s *Source) APICallRefreshed(name string, at time.Time, err error) {
 	s.mu.Lock()
-	st := s.apiCalls[name]
+	st, known := s.apiCalls[name]
+	if log := s.Logger; log != nil {
+		switch {
+		case err != nil && (st.err == nil || st.err.Error() != err.Error()):
+			log.Warn("GlobalContextEntry apiCall failed", "entry", name, "error", err)
+		case err == nil && known && st.err != nil:
+			log.Info("GlobalContextEntry apiCall answers again", "entry", name)
+		}
+	}
 	st.err = err
 	if err == nil {
 		st.refreshed = at

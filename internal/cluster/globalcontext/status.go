@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -36,8 +38,15 @@ const (
 // with a context that ends when the lease is lost.
 type StatusWriter struct {
 	Source *Source
+	// Events, when set, gets a Warning Event on an entry each time its Ready condition
+	// turns False or its error changes, with Kyverno's reason (PolicyError): Kyverno
+	// emits one on every failed call, morph only on change.
+	Events record.EventRecorder
 	Logger *slog.Logger
 }
+
+// reasonEvent is the reason of Kyverno's globalcontext error Events.
+const reasonEvent = "PolicyError"
 
 // Run writes statuses whenever an apiCall answers or a kubernetesResource's informer
 // syncs or fails, and every 30 s, until ctx ends.
@@ -140,6 +149,9 @@ func (w *StatusWriter) write(ctx context.Context, cached *unstructured.Unstructu
 			return nil
 		}
 		_, err := client.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: "morph"})
+		if err == nil && !want.ready && w.Events != nil && readyChanged(obj, updated) {
+			w.Events.Event(updated, corev1.EventTypeWarning, reasonEvent, want.message)
+		}
 		if apierrors.IsConflict(err) {
 			// The cache is behind (often our own last write): read the entry again.
 			fresh, gerr := client.Get(ctx, cached.GetName(), metav1.GetOptions{})
@@ -153,6 +165,22 @@ func (w *StatusWriter) write(ctx context.Context, cached *unstructured.Unstructu
 		}
 		return err
 	})
+}
+
+// readyChanged reports whether the Ready condition's status or message differs
+// between two versions of an entry.
+func readyChanged(before, after *unstructured.Unstructured) bool {
+	ready := func(u *unstructured.Unstructured) map[string]any {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == conditionReady {
+				return m
+			}
+		}
+		return nil
+	}
+	a, b := ready(before), ready(after)
+	return a == nil || b == nil || a["status"] != b["status"] || a["message"] != b["message"]
 }
 
 // withStatus returns a copy of entry with status want, and whether that changes it.

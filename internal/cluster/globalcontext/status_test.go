@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 )
 
 // readyOf returns an entry's Ready condition and lastRefreshTime.
@@ -78,7 +80,8 @@ func TestStatusWriter(t *testing.T) {
 	}
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	s.APICallRefreshed("calls", t0, nil)
-	w := &StatusWriter{Source: s}
+	events := record.NewFakeRecorder(10)
+	w := &StatusWriter{Source: s, Events: events}
 	log := slog.New(slog.DiscardHandler)
 	w.writeAll(ctx, log)
 
@@ -106,6 +109,10 @@ func TestStatusWriter(t *testing.T) {
 		t.Errorf("%d status updates, want 4 (3 entries, one conflict)", n)
 	}
 
+	if got := drain(events); len(got) != 1 || !strings.HasPrefix(got[0], "Warning PolicyError reading widgets.example.com at v1") {
+		t.Errorf("events %q, want one Warning PolicyError for widgets", got)
+	}
+
 	// Once the cache has the writes, nothing changed: nothing is written.
 	for {
 		done := 0
@@ -128,9 +135,56 @@ func TestStatusWriter(t *testing.T) {
 	if n := countActions(client, "update", "globalcontextentries", "status") - before; n != 0 {
 		t.Errorf("%d status updates with nothing changed, want 0", n)
 	}
+	if got := drain(events); len(got) != 0 {
+		t.Errorf("events %q with nothing changed, want none", got)
+	}
 
 	// A failed call: Ready False with its error, lastRefreshTime kept.
 	s.APICallRefreshed("calls", t0.Add(time.Minute), errors.New("failed to GET resource with raw url: /api/v1/namespaces: forbidden"))
 	w.writeAll(ctx, log)
 	check("calls", "False", "Failed", "failed to GET resource with raw url: /api/v1/namespaces: forbidden", "2026-11-23T10:00:00Z")
+	if got := drain(events); len(got) != 1 || got[0] != "Warning PolicyError failed to GET resource with raw url: /api/v1/namespaces: forbidden" {
+		t.Errorf("events %q, want one Warning PolicyError for calls", got)
+	}
+}
+
+// drain returns the events recorded so far.
+func drain(r *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// TestSourceLogsAPICallChanges checks that a failing apiCall is logged when it starts
+// failing or fails otherwise, and when it answers again, not on every failed call.
+func TestSourceLogsAPICallChanges(t *testing.T) {
+	var buf strings.Builder
+	s := New(nil, nil)
+	s.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.APICallRefreshed("e", at, nil)
+	s.APICallRefreshed("e", at, errors.New("down"))
+	s.APICallRefreshed("e", at, errors.New("down"))
+	s.APICallRefreshed("e", at, errors.New("forbidden"))
+	s.APICallRefreshed("e", at, nil)
+	s.APICallRefreshed("e", at, nil)
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		i := strings.Index(l, "level=")
+		got = append(got, l[i:])
+	}
+	want := []string{
+		`level=WARN msg="GlobalContextEntry apiCall failed" entry=e error=down`,
+		`level=WARN msg="GlobalContextEntry apiCall failed" entry=e error=forbidden`,
+		`level=INFO msg="GlobalContextEntry apiCall answers again" entry=e`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("logged:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
