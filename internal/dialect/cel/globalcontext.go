@@ -18,7 +18,8 @@ import (
 // --context objects, in a cluster the API server (package internal/cluster/globalcontext).
 // The dialect does the rest in one place for both: it reads the entry's spec, calls a
 // spec.apiCall.service (under --allow-http-host), keeps apiCall data for the entry's
-// refreshInterval and evaluates projections with Kyverno's JMESPath functions.
+// refreshInterval (or polls it in the background, APICallCache.Poll) and evaluates
+// projections with Kyverno's JMESPath functions.
 type GlobalContextSource interface {
 	// GlobalContextEntry returns the GlobalContextEntry named name (kyverno.io), or nil
 	// and no error when there is none.
