@@ -45,6 +45,10 @@ type StatusWriter struct {
 	Logger *slog.Logger
 }
 
+// maxMessage is the longest condition message Kyverno's CRD accepts
+// (metav1.Condition's maxLength).
+const maxMessage = 32768
+
 // reasonEvent is the reason of Kyverno's globalcontext error Events.
 const reasonEvent = "PolicyError"
 
@@ -189,11 +193,15 @@ func withStatus(entry *unstructured.Unstructured, want entryStatus, now time.Tim
 	old, _, _ := unstructured.NestedMap(entry.Object, "status")
 	status := map[string]any{}
 	maps.Copy(status, old)
+	message := want.message
+	if len(message) > maxMessage {
+		message = message[:maxMessage-3] + "..."
+	}
 	cond := map[string]any{
 		"type":    conditionReady,
 		"status":  string(metav1.ConditionFalse),
 		"reason":  reasonFailed,
-		"message": want.message,
+		"message": message,
 	}
 	if want.ready {
 		cond["status"], cond["reason"] = string(metav1.ConditionTrue), reasonSucceeded

@@ -188,3 +188,17 @@ func TestSourceLogsAPICallChanges(t *testing.T) {
 		t.Errorf("logged:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestWithStatusLongMessage checks that an error longer than a condition message may be
+// (Kyverno's CRD: 32768) is cut to fit.
+func TestWithStatusLongMessage(t *testing.T) {
+	e := object("kyverno.io/v2beta1", "GlobalContextEntry", "", "e", nil)
+	out, changed := withStatus(e, entryStatus{message: strings.Repeat("x", 40000)}, time.Now())
+	conds, _, _ := unstructured.NestedSlice(out.Object, "status", "conditions")
+	if !changed || len(conds) != 1 {
+		t.Fatalf("changed %v, conditions %v", changed, conds)
+	}
+	if msg := conds[0].(map[string]any)["message"].(string); len(msg) != maxMessage || !strings.HasSuffix(msg, "...") {
+		t.Errorf("message of %d bytes, want %d ending in ...", len(msg), maxMessage)
+	}
+}
