@@ -8,10 +8,14 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/morph-dev/morph/internal/cluster/globalcontext"
@@ -91,12 +95,17 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	}
 	// GlobalContextEntries and what they cache come from the API server too.
 	gctx := globalcontext.New(dyn, kube.Discovery().RESTClient())
+	gctx.Logger = log.With("component", "globalcontext")
 	gctx.Start(ctx)
 	// Schemas of kinds morph has none of come from the API server's OpenAPI, as the
 	// API server's own mutating admission finds them.
 	types := patch.NewTypeConverterManager(nil, kube.Discovery().OpenAPIV3())
 	go types.Run(ctx)
 	readers := newClusterReaders(gctx, types)
+	// apiCall entries are polled in the background (from their first read), each
+	// outcome recorded for the entry's status; a changed or deleted entry's poller stops.
+	readers.apiCalls.Poll(ctx, gctx.APICallRefreshed)
+	gctx.OnChange(readers.apiCalls.Forget)
 	var src *policies.Source
 	src, err = policies.New(policies.Options{
 		Client: dyn,
@@ -140,6 +149,16 @@ func (o *serveOptions) runCluster(ctx context.Context, newLoader func(*objects.S
 	}
 	writer := &policies.StatusWriter{Source: src, Client: dyn, Events: events, Logger: log.With("component", "status")}
 	w.Elector.Add("policy-status", leader.RunnableFunc(func(ctx context.Context) error { writer.Run(ctx); return nil }))
+	// Warning Events on failing GlobalContextEntries (Kyverno's), from the leader.
+	gevents := record.NewBroadcaster()
+	gevents.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	defer gevents.Shutdown()
+	gstatus := &globalcontext.StatusWriter{
+		Source: gctx,
+		Events: gevents.NewRecorder(scheme.Scheme, corev1.EventSource{Component: policies.Component}),
+		Logger: log.With("component", "globalcontext-status"),
+	}
+	w.Elector.Add("globalcontext-status", leader.RunnableFunc(func(ctx context.Context) error { gstatus.Run(ctx); return nil }))
 	if reload == webhook.DefaultReloadInterval {
 		reload = clusterReloadInterval
 	}

@@ -18,7 +18,8 @@ import (
 // --context objects, in a cluster the API server (package internal/cluster/globalcontext).
 // The dialect does the rest in one place for both: it reads the entry's spec, calls a
 // spec.apiCall.service (under --allow-http-host), keeps apiCall data for the entry's
-// refreshInterval and evaluates projections with Kyverno's JMESPath functions.
+// refreshInterval (or polls it in the background, APICallCache.Poll) and evaluates
+// projections with Kyverno's JMESPath functions.
 type GlobalContextSource interface {
 	// GlobalContextEntry returns the GlobalContextEntry named name (kyverno.io), or nil
 	// and no error when there is none.
@@ -34,6 +35,10 @@ type GlobalContextSource interface {
 // defaultRefreshInterval is spec.apiCall.refreshInterval's default in Kyverno's CRD.
 const defaultRefreshInterval = 10 * time.Minute
 
+// defaultRetryLimit is spec.apiCall.retryLimit's default in Kyverno's CRD: the tries of
+// one refresh.
+const defaultRetryLimit = 3
+
 // globalResolver answers the sdk's globalContext library from a GlobalContextSource.
 type globalResolver struct {
 	src   GlobalContextSource
@@ -42,17 +47,53 @@ type globalResolver struct {
 	calls *APICallCache
 }
 
-// APICallCache keeps the answers of GlobalContextEntry apiCalls for their
-// refreshInterval. A surface that rebuilds its dialects (morph serve in cluster mode, on
-// every change its informers see) passes one cache to all of them (Options.APICalls), so
-// that a reload does not call again before the interval.
+// APICallCache keeps the answers of GlobalContextEntry apiCalls. A surface that
+// rebuilds its dialects (morph serve in cluster mode, on every change its informers see)
+// passes one cache to all of them (Options.APICalls).
+//
+// By default (morph apply, morph test) an entry is called at its first read and again at
+// the first read after its refreshInterval. After Poll, each entry is polled in the
+// background as Kyverno's globalcontext controller does (pkg/globalcontext/externalapi):
+// a poller per entry calls at once, then every refreshInterval, each call bounded by the
+// HTTP timeout and retried spec.apiCall.retryLimit times; reads answer from its last call
+// without waiting (only the first read of an entry waits for the first call), and a
+// read of an entry whose last call failed answers that error, as Kyverno's.
 type APICallCache struct {
 	mu    sync.Mutex
-	calls map[string]apiCallData // by entry name
+	calls map[string]apiCallData // by entry name, when not polling
+	// background ends the pollers; nil until Poll.
+	background context.Context
+	pollers    map[string]*apiCallPoller
+	observe    func(name string, at time.Time, err error)
 }
 
 // NewAPICallCache returns an empty cache.
-func NewAPICallCache() *APICallCache { return &APICallCache{calls: map[string]apiCallData{}} }
+func NewAPICallCache() *APICallCache {
+	return &APICallCache{calls: map[string]apiCallData{}, pollers: map[string]*apiCallPoller{}}
+}
+
+// Poll turns on background polling: from now on, an entry's first read starts its
+// poller, which runs until ctx ends, the entry changes or Forget is called. observe,
+// when not nil, is told the outcome of every call (at is when it answered, err nil on
+// success): morph serve writes the entries' status from it.
+func (c *APICallCache) Poll(ctx context.Context, observe func(name string, at time.Time, err error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.background, c.observe = ctx, observe
+}
+
+// Forget stops the poller of the entry named name (the entry was deleted or changed);
+// its next read starts a new one.
+func (c *APICallCache) Forget(name string) {
+	c.mu.Lock()
+	p := c.pollers[name]
+	delete(c.pollers, name)
+	delete(c.calls, name)
+	c.mu.Unlock()
+	if p != nil {
+		p.cancel()
+	}
+}
 
 // apiCallData is the last answer of an entry's apiCall.
 type apiCallData struct {
@@ -60,6 +101,98 @@ type apiCallData struct {
 	spec string
 	at   time.Time
 	data any
+}
+
+// apiCallPoller calls one entry's apiCall every refreshInterval.
+type apiCallPoller struct {
+	spec   string
+	cancel context.CancelFunc
+	// first is closed once the first call answered (or the poller stopped before).
+	first chan struct{}
+
+	mu   sync.Mutex
+	data any
+	err  error
+}
+
+func (p *apiCallPoller) last() (any, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.data, p.err
+}
+
+// polled answers an entry's apiCall from its poller, started when there is none for
+// this spec.
+func (c *APICallCache) polled(ctx context.Context, name, spec string, interval time.Duration, attempts int, call func(context.Context) (any, error)) (any, error) {
+	c.mu.Lock()
+	p := c.pollers[name]
+	if p == nil || p.spec != spec {
+		if p != nil {
+			p.cancel()
+		}
+		pctx, cancel := context.WithCancel(c.background)
+		p = &apiCallPoller{spec: spec, cancel: cancel, first: make(chan struct{})}
+		c.pollers[name] = p
+		go c.poll(pctx, name, p, interval, attempts, call)
+	}
+	c.mu.Unlock()
+	select {
+	case <-p.first:
+		return p.last()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("global context entry %q: spec.apiCall: no answer yet from its first call: %w", name, ctx.Err())
+	}
+}
+
+// poll calls at once, then every interval, until ctx ends.
+func (c *APICallCache) poll(ctx context.Context, name string, p *apiCallPoller, interval time.Duration, attempts int, call func(context.Context) (any, error)) {
+	var once sync.Once
+	defer once.Do(func() { close(p.first) })
+	p.mu.Lock()
+	p.err = fmt.Errorf("global context entry %q: spec.apiCall: the poller stopped before its first call answered", name)
+	p.mu.Unlock()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		var data any
+		var err error
+		for try := 0; try < attempts; try++ {
+			if try > 0 {
+				// Kyverno's backoff between tries: client-go's retry.DefaultBackoff.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			if data, err = call(ctx); err == nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return // stopped during the call: its answer is not the entry's any more
+		}
+		p.mu.Lock()
+		if err != nil {
+			p.data, p.err = nil, err
+		} else {
+			p.data, p.err = data, nil
+		}
+		p.mu.Unlock()
+		once.Do(func() { close(p.first) })
+		c.mu.Lock()
+		observe := c.observe
+		c.mu.Unlock()
+		if observe != nil {
+			observe(name, time.Now(), err)
+		}
+		timer.Reset(interval)
+	}
 }
 
 func newGlobalResolver(src GlobalContextSource, h *httpCaller, calls *APICallCache) *globalResolver {
@@ -130,7 +263,9 @@ func (g *globalResolver) data(ctx context.Context, name string, spec map[string]
 	return g.apiCall(ctx, name, spec, ac)
 }
 
-// apiCall answers an entry's apiCall, called again once its refreshInterval passed.
+// apiCall answers an entry's apiCall: from its background poller after
+// APICallCache.Poll, otherwise called again at the first read after its
+// refreshInterval.
 func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[string]any) (any, error) {
 	key, _ := json.Marshal(spec)
 	interval := defaultRefreshInterval
@@ -142,11 +277,38 @@ func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[
 		interval = d
 	}
 	g.calls.mu.Lock()
+	background := g.calls.background
 	last, ok := g.calls.calls[name]
 	g.calls.mu.Unlock()
+	if background != nil {
+		attempts := defaultRetryLimit
+		if n, ok := ac["retryLimit"].(int64); ok && n > 0 {
+			attempts = int(n)
+		} else if f, ok := ac["retryLimit"].(float64); ok && f >= 1 {
+			attempts = int(f)
+		}
+		return g.calls.polled(ctx, name, string(key), interval, attempts, func(ctx context.Context) (any, error) {
+			// Every call is bounded, urlPath calls too.
+			ctx, cancel := context.WithTimeout(ctx, g.http.timeout)
+			defer cancel()
+			return g.callJSON(ctx, name, ac)
+		})
+	}
 	if ok && last.spec == string(key) && g.now().Sub(last.at) < interval {
 		return last.data, nil
 	}
+	data, err := g.callJSON(ctx, name, ac)
+	if err != nil {
+		return nil, err
+	}
+	g.calls.mu.Lock()
+	g.calls.calls[name] = apiCallData{spec: string(key), at: g.now(), data: data}
+	g.calls.mu.Unlock()
+	return data, nil
+}
+
+// callJSON calls an entry's apiCall and decodes its JSON answer.
+func (g *globalResolver) callJSON(ctx context.Context, name string, ac map[string]any) (any, error) {
 	raw, err := g.call(ctx, ac)
 	if err != nil {
 		return nil, fmt.Errorf("global context entry %q: spec.apiCall: %w", name, err)
@@ -155,9 +317,6 @@ func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[
 	if err := json.Unmarshal(raw, &data); err != nil {
 		return nil, fmt.Errorf("global context entry %q: spec.apiCall: the answer is not JSON: %w", name, err)
 	}
-	g.calls.mu.Lock()
-	g.calls.calls[name] = apiCallData{spec: string(key), at: g.now(), data: data}
-	g.calls.mu.Unlock()
 	return data, nil
 }
 
