@@ -66,12 +66,21 @@ var (
 // lookupIPAddr resolves a host name (net.Resolver.LookupIPAddr).
 type lookupIPAddr func(ctx context.Context, host string) ([]net.IPAddr, error)
 
-// newKyvernoFunctionCaller registers every one of Kyverno 1.19.1's functions
-// (pkg/engine/jmespath GetFunctions) over the fork's built-in ones.
+// newKyvernoFunctionCaller registers Kyverno's functions over the fork's built-in
+// ones (Kyverno's sum replaces JMESPath's).
 func newKyvernoFunctionCaller(lookup lookupIPAddr) *jmespath.FunctionCaller {
 	fc := jmespath.NewFunctionCaller()
+	for _, f := range kyvernoFunctions(lookup) {
+		fc.Register(f)
+	}
+	return fc
+}
+
+// kyvernoFunctions are every one of Kyverno 1.19.1's JMESPath functions
+// (pkg/engine/jmespath GetFunctions), is_external_url resolving with lookup.
+func kyvernoFunctions(lookup lookupIPAddr) []jmespath.FunctionEntry {
 	strOrNum := jpArg(jmespath.JpString, jmespath.JpNumber)
-	for _, f := range []jmespath.FunctionEntry{
+	return []jmespath.FunctionEntry{
 		{Name: "compare", Arguments: jpArgs{jpStr, jpStr}, Handler: str2(func(a, b string) (any, error) { return strings.Compare(a, b), nil })},
 		{Name: "equal_fold", Arguments: jpArgs{jpStr, jpStr}, Handler: str2(func(a, b string) (any, error) { return strings.EqualFold(a, b), nil })},
 		{Name: "replace", Arguments: jpArgs{jpStr, jpStr, jpStr, jpNum}, Handler: jpReplace},
@@ -169,10 +178,7 @@ func newKyvernoFunctionCaller(lookup lookupIPAddr) *jmespath.FunctionCaller {
 		{Name: "time_before", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimes("time_before", 2, func(t []time.Time) any { return t[0].Before(t[1]) })},
 		{Name: "time_after", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimes("time_after", 2, func(t []time.Time) any { return t[0].After(t[1]) })},
 		{Name: "time_between", Arguments: jpArgs{jpStr, jpStr, jpStr}, Handler: jpTimes("time_between", 3, func(t []time.Time) any { return t[0].After(t[1]) && t[0].Before(t[2]) })},
-	} {
-		fc.Register(f)
 	}
-	return fc
 }
 
 // Errors as Kyverno words them (pkg/engine/jmespath/error.go).

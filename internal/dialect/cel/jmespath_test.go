@@ -1,10 +1,14 @@
 package cel
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kyverno/go-jmespath"
 )
 
 // TestKyvernoJMESPathFunctions checks each of Kyverno's JMESPath functions morph
@@ -332,4 +336,161 @@ var jmespathCases = []struct {
 	{query: "time_add('bad', '1h')", wantErr: "parsing time \"bad\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"bad\" as \"2006\""},
 	{query: "time_add('2021-01-02T15:04:05Z', '-90m')", want: `"2021-01-02T13:34:05Z"`},
 	{query: "no_such_fn('a')", wantErr: "unknown function"},
+}
+
+// TestIsExternalURLResolves checks is_external_url on host names, which Kyverno
+// resolves: external only when no address is loopback or private, an error when the
+// name does not resolve. The resolver is a fake (no test reaches a DNS server).
+func TestIsExternalURLResolves(t *testing.T) {
+	hosts := map[string][]string{
+		"public.example":  {"93.184.216.34", "2606:2800:220:1::1"},
+		"mixed.example":   {"93.184.216.34", "10.0.0.7"},
+		"loopback.test":   {"127.0.0.1"},
+		"ula.example":     {"fd00::1"},
+		"linklocal.test":  {"169.254.169.254"},
+		"unspecified.one": {"0.0.0.0"},
+	}
+	lookup := func(_ context.Context, host string) ([]net.IPAddr, error) {
+		addrs, ok := hosts[host]
+		if !ok {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		var out []net.IPAddr
+		for _, a := range addrs {
+			out = append(out, net.IPAddr{IP: net.ParseIP(a)})
+		}
+		return out, nil
+	}
+	fc := newKyvernoFunctionCaller(lookup)
+	for _, tt := range []struct{ url, want, wantErr string }{
+		{url: "https://public.example/path", want: "true"},
+		{url: "http://mixed.example:8080", want: "false"},
+		{url: "http://loopback.test", want: "false"},
+		{url: "http://ula.example", want: "false"},
+		{url: "http://linklocal.test", want: "true"},
+		{url: "http://unspecified.one", want: "true"},
+		{url: "http://user:pw@public.example", want: "true"},
+		{url: "http://nowhere.example", wantErr: "lookup nowhere.example: no such host"},
+		{url: "http://10.1.2.3", want: "false"}, // an address is not resolved
+	} {
+		t.Run(tt.url, func(t *testing.T) {
+			q, err := jmespath.Compile("is_external_url(@)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := q.Search(tt.url, jmespath.WithFunctionCaller(fc))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g, w := asJSON(t, got), jsonValue(t, tt.want); g != w {
+				t.Fatalf("got %v, want %s", g, tt.want)
+			}
+		})
+	}
+}
+
+// TestJMESPathFunctionErrorsName checks that the handler registered under a name,
+// given an argument of the wrong kind, names that function in its error (the fork
+// checks kinds first, so only a direct call reaches these errors). time_add's named
+// itself time_to_cron.
+func TestJMESPathFunctionErrorsName(t *testing.T) {
+	handlers := map[string]jmespath.JpFunction{}
+	for _, f := range kyvernoFunctions(nil) {
+		if _, dup := handlers[f.Name]; dup {
+			t.Fatalf("%s is registered twice", f.Name)
+		}
+		handlers[f.Name] = f.Handler
+	}
+	for _, tt := range []struct {
+		name string
+		args []any
+		want string // the name in the error: Kyverno's, which is not always the function's
+	}{
+		{"time_add", []any{1.0, "1h"}, "time_add"},
+		{"time_add", []any{"2021-01-02T15:04:05Z", 1.0}, "time_add"},
+		{"time_truncate", []any{1.0, "1h"}, "time_truncate"},
+		{"time_to_cron", []any{1.0}, "time_to_cron"},
+		{"time_utc", []any{1.0}, "time_utc"},
+		{"time_diff", []any{"2021-01-02T15:04:05Z", 1.0}, "time_diff"},
+		{"time_parse", []any{1.0, "x"}, "time_parse"},
+		{"time_since", []any{"", 1.0, ""}, "time_since"},
+		{"add", []any{true, 1.0}, "add"},
+		{"subtract", []any{1.0, nil}, "subtract"},
+		{"multiply", []any{"x", 1.0}, "multiply"},
+		{"divide", []any{1.0, []any{}}, "divide"},
+		{"modulo", []any{map[string]any{}, 1.0}, "modulo"},
+		{"sum", []any{"not an array"}, "sum"},
+		{"random", []any{1.0}, "random"},
+		{"x509_decode", []any{1.0}, "x509_decode"},
+		{"image_normalize", []any{1.0}, "image_normalize"},
+		{"pattern_match", []any{1.0, "a"}, "regex_match"},
+		{"pattern_match", []any{"a", []any{}}, "regex_match"},
+		{"is_external_url", []any{1.0}, "path_canonicalize"},
+	} {
+		h, ok := handlers[tt.name]
+		if !ok {
+			t.Fatalf("%s is not registered", tt.name)
+		}
+		_, err := h(tt.args)
+		if want := "JMESPath function '" + tt.want + "'"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s%v: error %v, want one naming %q", tt.name, tt.args, err, want)
+		}
+	}
+}
+
+// wildcardReference is go-wildcard v1's Match written as its definition: "*" any run
+// of runes, "?" one rune, any other rune itself, over the whole name.
+func wildcardReference(p, s []rune) bool {
+	if len(p) == 0 {
+		return len(s) == 0
+	}
+	switch p[0] {
+	case '*':
+		return wildcardReference(p[1:], s) || (len(s) > 0 && wildcardReference(p, s[1:]))
+	case '?':
+		return len(s) > 0 && wildcardReference(p[1:], s[1:])
+	}
+	return len(s) > 0 && s[0] == p[0] && wildcardReference(p[1:], s[1:])
+}
+
+func TestWildcardMatch(t *testing.T) {
+	for _, tt := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"", "", true}, {"", "a", false}, {"*", "", true}, {"?", "", false},
+		{"a*", "a", true}, {"*a", "ba", true}, {"*a", "ab", false},
+		{"a*b*c", "abc", true}, {"a*b*c", "aXbYbZc", true}, {"a*b*c", "aXbYcd", false},
+		{"a?c", "abc", true}, {"a?c", "ac", false}, {"h?llo", "héllo", true},
+		{"**?", "x", true}, {"*?*?*", "x", false}, {"kube-*", "kube-system", true},
+		{"[a]", "[a]", true}, {"a\\*", "a\\bc", true},
+	} {
+		if got := wildcardMatch(tt.pattern, tt.name); got != tt.want {
+			t.Errorf("wildcardMatch(%q, %q) = %v, want %v", tt.pattern, tt.name, got, tt.want)
+		}
+		if ref := wildcardReference([]rune(tt.pattern), []rune(tt.name)); ref != tt.want {
+			t.Errorf("reference(%q, %q) = %v, want %v", tt.pattern, tt.name, ref, tt.want)
+		}
+	}
+}
+
+// FuzzWildcardMatch compares wildcardMatch with its definition.
+func FuzzWildcardMatch(f *testing.F) {
+	for _, s := range [][2]string{{"a*b?c", "aXXbYc"}, {"*?*", "ab"}, {"", ""}, {"?é*", "éé"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, name string) {
+		if len(pattern) > 12 || len(name) > 24 { // the definition is exponential
+			return
+		}
+		if got, want := wildcardMatch(pattern, name), wildcardReference([]rune(pattern), []rune(name)); got != want {
+			t.Fatalf("wildcardMatch(%q, %q) = %v, definition %v", pattern, name, got, want)
+		}
+	})
 }
