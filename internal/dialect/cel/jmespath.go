@@ -32,8 +32,9 @@ import (
 // the jmespath.Interface of pkg/engine/jmespath): its fork of go-jmespath (a
 // dependency of morph) with Kyverno's own functions registered. Those functions live
 // in the kyverno module itself, which morph does not depend on (docs/dialects.md says
-// why); they are written here after Kyverno's definitions and checked against
-// Kyverno's expected values (jmespath_test.go).
+// why); they are written here and in jmespath_*.go after Kyverno's definitions,
+// checked against Kyverno's expected values (jmespath_test.go) and against Kyverno's
+// own package (jmespath_differential_test.go).
 
 // jp is the JMESPath function caller with Kyverno's functions; is_external_url
 // resolves host names with the system's resolver, as Kyverno does.
