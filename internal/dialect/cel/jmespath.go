@@ -1,14 +1,18 @@
 package cel
 
 import (
+	"context"
 	"crypto/md5"  // #nosec G501 -- Kyverno's md5 function
 	"crypto/sha1" // #nosec G505 -- Kyverno's sha1 function
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -19,6 +23,7 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/kyverno/go-jmespath"
+	regen "github.com/zach-klippenstein/goregen"
 	"sigs.k8s.io/yaml"
 )
 
@@ -27,11 +32,13 @@ import (
 // the jmespath.Interface of pkg/engine/jmespath): its fork of go-jmespath (a
 // dependency of morph) with Kyverno's own functions registered. Those functions live
 // in the kyverno module itself, which morph does not depend on (docs/dialects.md says
-// why); they are written here after Kyverno's definitions and checked against
-// Kyverno's expected values (jmespath_test.go).
+// why); they are written here and in jmespath_*.go after Kyverno's definitions,
+// checked against Kyverno's expected values (jmespath_test.go) and against Kyverno's
+// own package (jmespath_differential_test.go).
 
-// jp is the JMESPath function caller with Kyverno's functions.
-var jp = newKyvernoFunctionCaller()
+// jp is the JMESPath function caller with Kyverno's functions; is_external_url
+// resolves host names with the system's resolver, as Kyverno does.
+var jp = newKyvernoFunctionCaller(net.DefaultResolver.LookupIPAddr)
 
 // searchJMESPath evaluates a projection with Kyverno's JMESPath.
 func searchJMESPath(query string, data any) (any, error) {
@@ -57,20 +64,24 @@ var (
 	jpAny = jpArg(jmespath.JpAny)
 )
 
-// kyvernoJMESPathNotImplemented are Kyverno's functions morph does not evaluate: a
-// projection using one fails naming it (never a silent difference).
-var kyvernoJMESPathNotImplemented = map[string]jpArgs{
-	"add": {jpAny, jpAny}, "subtract": {jpAny, jpAny}, "multiply": {jpAny, jpAny},
-	"divide": {jpAny, jpAny}, "modulo": {jpAny, jpAny}, "sum": {jpArg(jmespath.JpArray)},
-	"pattern_match": {jpStr, jpArg(jmespath.JpString, jmespath.JpNumber)},
-	"random":        {jpStr}, "x509_decode": {jpStr}, "image_normalize": {jpStr},
-	"is_external_url": {jpStr},
+// lookupIPAddr resolves a host name (net.Resolver.LookupIPAddr).
+type lookupIPAddr func(ctx context.Context, host string) ([]net.IPAddr, error)
+
+// newKyvernoFunctionCaller registers Kyverno's functions over the fork's built-in
+// ones (Kyverno's sum replaces JMESPath's).
+func newKyvernoFunctionCaller(lookup lookupIPAddr) *jmespath.FunctionCaller {
+	fc := jmespath.NewFunctionCaller()
+	for _, f := range kyvernoFunctions(lookup) {
+		fc.Register(f)
+	}
+	return fc
 }
 
-func newKyvernoFunctionCaller() *jmespath.FunctionCaller {
-	fc := jmespath.NewFunctionCaller()
+// kyvernoFunctions are every one of Kyverno 1.19.1's JMESPath functions
+// (pkg/engine/jmespath GetFunctions), is_external_url resolving with lookup.
+func kyvernoFunctions(lookup lookupIPAddr) []jmespath.FunctionEntry {
 	strOrNum := jpArg(jmespath.JpString, jmespath.JpNumber)
-	for _, f := range []jmespath.FunctionEntry{
+	return []jmespath.FunctionEntry{
 		{Name: "compare", Arguments: jpArgs{jpStr, jpStr}, Handler: str2(func(a, b string) (any, error) { return strings.Compare(a, b), nil })},
 		{Name: "equal_fold", Arguments: jpArgs{jpStr, jpStr}, Handler: str2(func(a, b string) (any, error) { return strings.EqualFold(a, b), nil })},
 		{Name: "replace", Arguments: jpArgs{jpStr, jpStr, jpStr, jpNum}, Handler: jpReplace},
@@ -90,8 +101,15 @@ func newKyvernoFunctionCaller() *jmespath.FunctionCaller {
 		{Name: "regex_replace_all", Arguments: jpArgs{jpStr, strOrNum, strOrNum}, Handler: jpRegexReplace("regex_replace_all", false)},
 		{Name: "regex_replace_all_literal", Arguments: jpArgs{jpStr, strOrNum, strOrNum}, Handler: jpRegexReplace("regex_replace_all_literal", true)},
 		{Name: "regex_match", Arguments: jpArgs{jpStr, strOrNum}, Handler: jpRegexMatch},
+		{Name: "pattern_match", Arguments: jpArgs{jpStr, strOrNum}, Handler: jpPatternMatch},
 		{Name: "label_match", Arguments: jpArgs{jpObj, jpObj}, Handler: jpLabelMatch},
 		{Name: "to_boolean", Arguments: jpArgs{jpStr}, Handler: jpToBoolean},
+		{Name: "add", Arguments: jpArgs{jpAny, jpAny}, Handler: arithmetic("add", addOperands)},
+		{Name: "sum", Arguments: jpArgs{jpArg(jmespath.JpArray)}, Handler: jpSum},
+		{Name: "subtract", Arguments: jpArgs{jpAny, jpAny}, Handler: arithmetic("subtract", subtractOperands)},
+		{Name: "multiply", Arguments: jpArgs{jpAny, jpAny}, Handler: arithmetic("multiply", multiplyOperands)},
+		{Name: "divide", Arguments: jpArgs{jpAny, jpAny}, Handler: arithmetic("divide", divideOperands)},
+		{Name: "modulo", Arguments: jpArgs{jpAny, jpAny}, Handler: arithmetic("modulo", moduloOperands)},
 		{Name: "round", Arguments: jpArgs{jpNum, jpNum}, Handler: jpRound},
 		{Name: "base64_decode", Arguments: jpArgs{jpStr}, Handler: func(args []any) (any, error) {
 			s, err := jpString("", args, 0)
@@ -140,6 +158,10 @@ func newKyvernoFunctionCaller() *jmespath.FunctionCaller {
 		{Name: "lookup", Arguments: jpArgs{jpArg(jmespath.JpObject, jmespath.JpArray), strOrNum}, Handler: jpLookup},
 		{Name: "items", Arguments: jpArgs{jpArg(jmespath.JpObject, jmespath.JpArray), jpStr, jpStr}, Handler: jpItems},
 		{Name: "object_from_lists", Arguments: jpArgs{jpArg(jmespath.JpArray), jpArg(jmespath.JpArray)}, Handler: jpObjectFromLists},
+		{Name: "random", Arguments: jpArgs{jpStr}, Handler: jpRandom},
+		{Name: "x509_decode", Arguments: jpArgs{jpStr}, Handler: jpX509Decode},
+		{Name: "image_normalize", Arguments: jpArgs{jpStr}, Handler: jpImageNormalize},
+		{Name: "is_external_url", Arguments: jpArgs{jpStr}, Handler: jpIsExternalURL(lookup)},
 		{Name: "sha256", Arguments: jpArgs{jpStr}, Handler: str1("", func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) })},
 		{Name: "sha1", Arguments: jpArgs{jpStr}, Handler: str1("", func(s string) string { h := sha1.Sum([]byte(s)); return hex.EncodeToString(h[:]) })}, // #nosec G401
 		{Name: "md5", Arguments: jpArgs{jpStr}, Handler: str1("", func(s string) string { h := md5.Sum([]byte(s)); return hex.EncodeToString(h[:]) })},   // #nosec G401
@@ -149,7 +171,7 @@ func newKyvernoFunctionCaller() *jmespath.FunctionCaller {
 		{Name: "time_to_cron", Arguments: jpArgs{jpStr}, Handler: jpTimes("time_to_cron", 1, func(t []time.Time) any {
 			return fmt.Sprintf("%d %d %d %d %d", t[0].Minute(), t[0].Hour(), t[0].Day(), int(t[0].Month()), int(t[0].Weekday()))
 		})},
-		{Name: "time_add", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimeDuration("time_to_cron", time.Time.Add)},
+		{Name: "time_add", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimeDuration("time_add", time.Time.Add)},
 		{Name: "time_truncate", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimeDuration("time_truncate", time.Time.Truncate)},
 		{Name: "time_parse", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimeParse},
 		{Name: "time_utc", Arguments: jpArgs{jpStr}, Handler: jpTimes("time_utc", 1, func(t []time.Time) any { return t[0].UTC().Format(time.RFC3339) })},
@@ -157,15 +179,7 @@ func newKyvernoFunctionCaller() *jmespath.FunctionCaller {
 		{Name: "time_before", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimes("time_before", 2, func(t []time.Time) any { return t[0].Before(t[1]) })},
 		{Name: "time_after", Arguments: jpArgs{jpStr, jpStr}, Handler: jpTimes("time_after", 2, func(t []time.Time) any { return t[0].After(t[1]) })},
 		{Name: "time_between", Arguments: jpArgs{jpStr, jpStr, jpStr}, Handler: jpTimes("time_between", 3, func(t []time.Time) any { return t[0].After(t[1]) && t[0].Before(t[2]) })},
-	} {
-		fc.Register(f)
 	}
-	for name, args := range kyvernoJMESPathNotImplemented {
-		fc.Register(jmespath.FunctionEntry{Name: name, Arguments: args, Handler: func([]any) (any, error) {
-			return nil, fmt.Errorf("JMESPath function '%s': Kyverno's function is not implemented by morph; compute the value in the policy's CEL instead", name)
-		}})
-	}
-	return fc
 }
 
 // Errors as Kyverno words them (pkg/engine/jmespath/error.go).
@@ -322,6 +336,96 @@ func jpRegexMatch(args []any) (any, error) {
 	return regexp.MatchString(expr, src)
 }
 
+// jpPatternMatch is Kyverno's pattern_match: the wildcard pattern ("*" any run of
+// characters, "?" exactly one) matches the whole string or number. Kyverno names its
+// errors regex_match.
+func jpPatternMatch(args []any) (any, error) {
+	pattern, err := jpString("regex_match", args, 0)
+	if err != nil {
+		return nil, err
+	}
+	src, err := jpToString(args[1])
+	if err != nil {
+		return nil, fmt.Errorf(jpErrInvalidType, "regex_match", 2, "String or Real")
+	}
+	return wildcardMatch(pattern, src), nil
+}
+
+// wildcardMatch reports whether name matches pattern as a whole, rune by rune: "*"
+// matches any run of runes (none too), "?" exactly one, any other rune itself (the
+// github.com/IGLOU-EU/go-wildcard v1 Match Kyverno uses, without its exponential
+// backtracking: on a mismatch only the last "*" needs to take one more rune).
+func wildcardMatch(pattern, name string) bool {
+	p, s := []rune(pattern), []rune(name)
+	pi, si := 0, 0
+	star, starAt := -1, 0 // the last "*" seen and where its run ends in s
+	for si < len(s) {
+		switch {
+		case pi < len(p) && p[pi] == '*':
+			star, starAt = pi, si
+			pi++
+		case pi < len(p) && (p[pi] == '?' || p[pi] == s[si]):
+			pi++
+			si++
+		case star >= 0:
+			starAt++
+			pi, si = star+1, starAt
+		default:
+			return false
+		}
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+// jpRandom is Kyverno's random: a string the regular expression matches, drawn at
+// random by github.com/zach-klippenstein/goregen (the generator Kyverno and its CEL
+// random() use; it is what decides, for instance, that "a*" repeats at most 10 times).
+// Not deterministic: a projection using it changes at every evaluation.
+func jpRandom(args []any) (any, error) {
+	pattern, err := jpString("random", args, 0)
+	if err != nil {
+		return nil, err
+	}
+	if pattern == "" {
+		return nil, errors.New("no pattern provided")
+	}
+	return regen.Generate(pattern)
+}
+
+// jpIsExternalURL is Kyverno's is_external_url: whether the URL's host is neither a
+// loopback nor a private address. A host name is resolved (with lookup) and is
+// external only when none of its addresses is loopback or private; a name that does
+// not resolve is an error. Kyverno names its argument errors path_canonicalize.
+func jpIsExternalURL(lookup lookupIPAddr) jmespath.JpFunction {
+	return func(args []any) (any, error) {
+		s, err := jpString("path_canonicalize", args, 0)
+		if err != nil {
+			return nil, err
+		}
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		internal := func(ip net.IP) bool { return ip.IsLoopback() || ip.IsPrivate() }
+		if ip := net.ParseIP(u.Hostname()); ip != nil {
+			return !internal(ip), nil
+		}
+		addrs, err := lookup(context.Background(), u.Hostname())
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range addrs {
+			if internal(a.IP) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+}
+
 func jpLabelMatch(args []any) (any, error) {
 	labels, ok := args[0].(map[string]any)
 	if !ok {
@@ -429,6 +533,8 @@ func jpLookup(args []any) (any, error) {
 	return nil, fmt.Errorf(jpErrInvalidType, "lookup", 1, "Object or Array")
 }
 
+// jpItems answers a []map[string]any, not a []any, as Kyverno's does: functions that
+// want an array of any (sum, lookup) refuse it.
 func jpItems(args []any) (any, error) {
 	keyName, ok := args[1].(string)
 	if !ok {
@@ -445,13 +551,13 @@ func jpItems(args []any) (any, error) {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		out := make([]any, 0, len(in))
+		out := make([]map[string]any, 0, len(in))
 		for _, k := range keys {
 			out = append(out, map[string]any{keyName: k, valName: in[k]})
 		}
 		return out, nil
 	case []any:
-		out := make([]any, 0, len(in))
+		out := make([]map[string]any, 0, len(in))
 		for i, v := range in {
 			out = append(out, map[string]any{keyName: float64(i), valName: v})
 		}

@@ -7,12 +7,42 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"strings"
 	"testing"
 )
 
+// differentialCase is a query and its data (JSON; null when empty).
+type differentialCase struct{ query, data string }
+
+// arithmeticDifferentialCases are every arithmetic function over every pair of a set
+// of numbers, quantities, durations and non-operands.
+func arithmeticDifferentialCases() []differentialCase {
+	operands := []string{
+		"`0`", "`1`", "`-2.5`", "`3`", "`1e3`", "`0.1`", "`7`",
+		"'0'", "'1'", "'1m'", "'250m'", "'1.5'", "'12Ki'", "'1Gi'", "'512Mi'", "'100M'", "'1e3'", "'-3'", "'0.5Gi'",
+		"'0s'", "'1s'", "'1h'", "'90m0s'", "'-2h'", "'1.5h'", "'1ms'",
+		"'abc'", "`null`", "`true`", "''",
+	}
+	var cases []differentialCase
+	for _, fn := range []string{"add", "subtract", "multiply", "divide", "modulo"} {
+		for _, a := range operands {
+			for _, b := range operands {
+				cases = append(cases, differentialCase{query: fn + "(" + a + ", " + b + ")"})
+			}
+		}
+	}
+	for _, a := range operands {
+		for _, b := range operands {
+			// a multiselect list over null is null: evaluate it over {}
+			cases = append(cases, differentialCase{query: "sum([" + a + ", " + b + ", " + a + "])", data: "{}"})
+		}
+	}
+	return cases
+}
+
 // jmespathDifferentialExtra are further queries for the differential test, with no
 // expected value of their own: Kyverno's answer is the expected one.
-var jmespathDifferentialExtra = []struct{ query, data string }{
+var jmespathDifferentialExtra = []differentialCase{
 	{"[].metadata.name | sort(@)", `[{"metadata": {"name": "b"}}, {"metadata": {"name": "a"}}]`},
 	{"[?label_match(`{\"tier\": \"web\"}`, metadata.labels)].metadata.name", `[{"metadata": {"name": "w", "labels": {"tier": "web"}}}, {"metadata": {"name": "d", "labels": {"tier": "db"}}}]`},
 	{"[].to_upper(metadata.name)", `[{"metadata": {"name": "a"}}]`},
@@ -42,23 +72,20 @@ var jmespathDifferentialExtra = []struct{ query, data string }{
 // TestKyvernoJMESPathDifferential runs the same queries through Kyverno 1.19.1's own
 // JMESPath (the oracle built from hack/kyverno-jmespath: cd hack/kyverno-jmespath &&
 // go build -o /tmp/kyverno-jmespath-oracle .) and through morph's, and compares the
-// answers: the same value, or both an error (with the same message where Kyverno's
-// functions word it). It is skipped when $KYVERNO_JMESPATH_ORACLE is not set.
+// answers: the same value, or both an error, morph's containing Kyverno's message
+// (morph prefixes the query). It is skipped when $KYVERNO_JMESPATH_ORACLE is not set.
 func TestKyvernoJMESPathDifferential(t *testing.T) {
 	oracle := os.Getenv("KYVERNO_JMESPATH_ORACLE")
 	if oracle == "" {
 		t.Skip("set KYVERNO_JMESPATH_ORACLE to the oracle built from hack/kyverno-jmespath")
 	}
-	type oneCase struct{ query, data string }
-	var cases []oneCase
+	var cases []differentialCase
 	for _, c := range jmespathCases {
-		if !c.notKyverno {
-			cases = append(cases, oneCase{c.query, c.data})
-		}
+		cases = append(cases, differentialCase{c.query, c.data})
 	}
-	for _, c := range jmespathDifferentialExtra {
-		cases = append(cases, oneCase{c.query, c.data})
-	}
+	cases = append(cases, jmespathDifferentialExtra...)
+	cases = append(cases, arithmeticDifferentialCases()...)
+	cases = append(cases, x509DifferentialCases(t)...)
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
 	for _, c := range cases {
@@ -74,7 +101,9 @@ func TestKyvernoJMESPathDifferential(t *testing.T) {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	answered := 0
 	for i := 0; sc.Scan(); i++ {
+		answered++
 		if i >= len(cases) {
 			t.Fatalf("the oracle answered more lines than cases")
 		}
@@ -94,8 +123,15 @@ func TestKyvernoJMESPathDifferential(t *testing.T) {
 			t.Errorf("%s: morph failed (%v), Kyverno answered %v", c.query, gerr, want.Result)
 		case want.Error == "" && !reflect.DeepEqual(asJSON(t, got), want.Result):
 			t.Errorf("%s: morph answered %v, Kyverno %v", c.query, asJSON(t, got), want.Result)
-		case want.Error != "" && !bytes.Contains([]byte(gerr.Error()), []byte(want.Error)):
-			t.Logf("%s: both fail; morph: %v; Kyverno: %s", c.query, gerr, want.Error)
+		case want.Error != "" && !strings.Contains(gerr.Error(), want.Error):
+			t.Errorf("%s: both fail, worded differently; morph: %v; Kyverno: %s", c.query, gerr, want.Error)
 		}
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if answered != len(cases) {
+		t.Fatalf("the oracle answered %d of %d cases", answered, len(cases))
+	}
+	t.Logf("%d cases compared with Kyverno", len(cases))
 }
