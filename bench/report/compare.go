@@ -170,16 +170,7 @@ func renderCPU(rounds int, cpu map[string][2][]float64) string {
 				}
 			}
 		}
-		ratio := func(xs []float64) string {
-			if len(xs) == 0 {
-				return ""
-			}
-			return fmt.Sprintf("%.3fx", median(xs))
-		}
-		spread := ""
-		if len(paired) > 0 {
-			spread = fmt.Sprintf("%.2fx (%.2f–%.2f)", median(paired), slices.Min(paired), slices.Max(paired))
-		}
+		ratio, spread := medianRatio, pairedRatios(paired)
 		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %s | %s | %s |\n", bm.name, median(v[0])/1e3, median(v[1])/1e3, spread, ratio(toBase[0]), ratio(toBase[1]))
 	}
 	return b.String()
@@ -224,16 +215,7 @@ func renderComparison(base string, rounds int, runs [2][]map[string][]sample) st
 			}
 		}
 		before, after := medians(side[0]), medians(side[1])
-		ratio := func(xs []float64) string {
-			if len(xs) == 0 {
-				return ""
-			}
-			return fmt.Sprintf("%.3fx", median(xs))
-		}
-		spread := ""
-		if len(paired) > 0 {
-			spread = fmt.Sprintf("%.2fx (%.2f–%.2f)", median(paired), slices.Min(paired), slices.Max(paired))
-		}
+		ratio, spread := medianRatio, pairedRatios(paired)
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %.0f, %.0f | %.0f, %.0f | %s | %s |\n", strings.TrimPrefix(n, "Benchmark"),
 			before.ns, after.ns, spread, before.bytes, before.allocs, after.bytes, after.allocs, ratio(toBase[0]), ratio(toBase[1]))
 	}
@@ -289,4 +271,20 @@ func extractRevision(rev, dir string) error {
 			}
 		}
 	}
+}
+
+// medianRatio prints the median of ratios, or nothing without any.
+func medianRatio(xs []float64) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.3fx", median(xs))
+}
+
+// pairedRatios prints the median of the rounds' after/before ratios and their range.
+func pairedRatios(paired []float64) string {
+	if len(paired) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2fx (%.2f–%.2f)", median(paired), slices.Min(paired), slices.Max(paired))
 }
