@@ -255,6 +255,12 @@ const notes = `## What the benchmarks measure
   (TestReviewDecodersAgree): encoding/json into admissionv1.AdmissionReview, then
   jsonvalue on the raw object and oldObject. The typed reader keeps its place only while
   its ratio is below 1.
+- **Before and after** (make bench with BENCH_BASE): package bench at an older revision
+  (by default 08b068f, the last commit before issue 10's seam) and in this tree, both
+  built first and then run in alternating rounds in the same run, by wall time and by
+  CPU time per op. Ratios from two make bench runs of different days compare the
+  machine's moods more than the code (JSONRoundTrip alone measured 70 to 140 µs in
+  such runs); this table compares the two codes.
 - **CanonicalPod**: one round trip of the Pod through its Go type (k8s.io/api), which the
   CEL dialect does for every matching policy on a built-in kind, because that is the form
   the API server's policies see (canonical quantities, no unknown fields).
