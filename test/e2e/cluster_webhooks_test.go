@@ -591,7 +591,7 @@ func TestClusterCARoll(t *testing.T) {
 		issuers            = map[string]bool{}
 		deadline           = time.Now().Add(maxDuration)
 		rollAt             = time.Now().Add(3 * time.Second)
-		webhookCAs         int
+		webhookCAs         []*x509.Certificate
 		lastBundle, lastCA []byte
 	)
 	for i := 0; i < maxRequests && time.Now().Before(deadline); i++ {
@@ -663,12 +663,14 @@ func TestClusterCARoll(t *testing.T) {
 			// The webhook configuration's caBundle.
 			if mut, err := getMorphMutating(t); err == nil && len(mut.Webhooks) > 0 && !bytes.Equal(mut.Webhooks[0].ClientConfig.CABundle, lastBundle) {
 				lastBundle = mut.Webhooks[0].ClientConfig.CABundle
-				cas := pemCertificates(t, lastBundle)
-				webhookCAs = len(cas)
-				if newCA != nil && len(cas) == 2 && cas[0].Equal(newCA) && cas[1].Equal(oldCA) {
-					sawOverlap = true
-					t.Logf("the webhook caBundle holds the new and the old CA after %d requests", sent)
-				}
+				webhookCAs = pemCertificates(t, lastBundle)
+			}
+			// Checked on every round, not only when the caBundle changed: the leader
+			// writes the Secret and the webhook configuration milliseconds apart, so this
+			// loop may see the new caBundle before it has seen the new CA in the Secret.
+			if cas := webhookCAs; !sawOverlap && newCA != nil && len(cas) == 2 && cas[0].Equal(newCA) && cas[1].Equal(oldCA) {
+				sawOverlap = true
+				t.Logf("the webhook caBundle holds the new and the old CA after %d requests", sent)
 			}
 		}
 		// Done some seconds after morph serves the new CA's certificate.
@@ -677,7 +679,7 @@ func TestClusterCARoll(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("%d requests, %d failed, %d serving certificates of %d issuers seen; the webhook caBundle holds %d CAs at the end", sent, failed, len(servedSerials), len(issuers), webhookCAs)
+	t.Logf("%d requests, %d failed, %d serving certificates of %d issuers seen; the webhook caBundle holds %d CAs at the end", sent, failed, len(servedSerials), len(issuers), len(webhookCAs))
 	if failed > 0 {
 		t.Errorf("%d of %d requests failed while the CA rolled; first: %s", failed, sent, failures[0])
 	}
