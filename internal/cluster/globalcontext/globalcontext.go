@@ -235,9 +235,11 @@ func (s *Source) entryInformer(ctx context.Context) (cache.SharedIndexInformer, 
 	return inf, nil
 }
 
-// resourceKey names the informer of a kubernetesResource.
-func resourceKey(gvr schema.GroupVersionResource, namespace string) string {
-	return gvr.String() + "|" + namespace
+// entryResource is the resource a kubernetesResource names (Kyverno lowercases it)
+// and the key of its informer.
+func entryResource(group, version, resource, namespace string) (schema.GroupVersionResource, string) {
+	gvr := schema.GroupVersionResource{Group: group, Version: version, Resource: strings.ToLower(resource)}
+	return gvr, gvr.String() + "|" + namespace
 }
 
 // ResourceObjects lists the objects of a kubernetesResource from its informer (one per
@@ -248,8 +250,7 @@ func (s *Source) ResourceObjects(ctx context.Context, group, version, resource, 
 	if version == "" || resource == "" {
 		return nil, fmt.Errorf("version and resource are required (Kyverno's rule)")
 	}
-	gvr := schema.GroupVersionResource{Group: group, Version: version, Resource: strings.ToLower(resource)}
-	key := resourceKey(gvr, namespace)
+	gvr, key := entryResource(group, version, resource, namespace)
 	s.mu.Lock()
 	stop, inf, failed := s.stop, s.resources[key], s.failed[key]
 	s.mu.Unlock()

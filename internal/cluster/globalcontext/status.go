@@ -4,14 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 )
@@ -129,7 +127,7 @@ func (s *Source) want(entry *unstructured.Unstructured) (entryStatus, bool) {
 	version, _ := kr["version"].(string)
 	res, _ := kr["resource"].(string)
 	ns, _ := kr["namespace"].(string)
-	key := resourceKey(schema.GroupVersionResource{Group: group, Version: version, Resource: strings.ToLower(res)}, ns)
+	_, key := entryResource(group, version, res, ns)
 	if inf := s.resources[key]; inf != nil && inf.HasSynced() {
 		return entryStatus{ready: true, message: "Ready"}, true
 	}

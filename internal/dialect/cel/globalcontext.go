@@ -178,11 +178,7 @@ func (c *APICallCache) poll(ctx context.Context, name string, p *apiCallPoller, 
 			return // stopped during the call: its answer is not the entry's any more
 		}
 		p.mu.Lock()
-		if err != nil {
-			p.data, p.err = nil, err
-		} else {
-			p.data, p.err = data, nil
-		}
+		p.data, p.err = data, err // callJSON answers no data with an error
 		p.mu.Unlock()
 		once.Do(func() { close(p.first) })
 		c.mu.Lock()
