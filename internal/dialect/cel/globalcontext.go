@@ -400,6 +400,10 @@ func (g *globalResolver) service(ctx context.Context, method string, svc map[str
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer of %s: %w", u.Redacted(), err)
 	}
+	if ctx.Err() != nil {
+		// An answer that raced the deadline (net/http hands it over) may be cut short.
+		return nil, fmt.Errorf("no answer from %s within %s: %w", u.Redacted(), caller.timeout, context.Cause(ctx))
+	}
 	if len(data) > maxHTTPBody {
 		return nil, fmt.Errorf("the answer of %s is larger than %d bytes", u.Redacted(), maxHTTPBody)
 	}

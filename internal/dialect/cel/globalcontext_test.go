@@ -177,3 +177,23 @@ func TestGlobalContextResolver(t *testing.T) {
 		t.Errorf("the service was called %d times, want 2 (svc, svc-denied; never the host not allowed)", n)
 	}
 }
+
+// lateTransport answers only once the request's context is done, with an empty 200:
+// what net/http hands over when a server answers while the caller is giving up.
+type lateTransport struct{}
+
+func (lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// An apiCall service answer that raced the timeout is a timeout, not an empty body.
+func TestGlobalContextServiceAnswerAfterTimeout(t *testing.T) {
+	caller := newHTTPCaller([]string{"127.0.0.1:1"}, 50*time.Millisecond)
+	caller.client = &http.Client{Transport: lateTransport{}}
+	g := newGlobalResolver(&fakeGlobalSource{}, caller, nil)
+	_, err := g.service(context.Background(), http.MethodGet, map[string]any{"url": "http://127.0.0.1:1/x"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "no answer from http://127.0.0.1:1/x within 50ms") {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+}

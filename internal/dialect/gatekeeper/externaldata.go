@@ -448,6 +448,12 @@ func (f *externalFinalizer) ask(ctx context.Context, pr *provider, keys []string
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer of %s: %w", pr.url, err)
 	}
+	if ctx.Err() != nil {
+		// net/http hands over an answer that raced the deadline (a provider that
+		// gives up when its caller does answers at that moment, often empty): past
+		// the provider's timeout the call failed as a timeout, whatever arrived.
+		return nil, fmt.Errorf("calling %s: no answer within the provider's timeout of %s: %w", pr.url, pr.timeout, context.Cause(ctx))
+	}
 	if len(data) > maxResponseBytes {
 		return nil, fmt.Errorf("the answer of %s is larger than %d bytes", pr.url, maxResponseBytes)
 	}

@@ -222,3 +222,42 @@ func TestExternalDataPlaceholdersCannotBeForged(t *testing.T) {
 		t.Errorf("image = %v", got)
 	}
 }
+
+// lateTransport answers every request only once the request's context is done, with
+// an empty 200: what net/http hands over when a provider that gives up with its caller
+// answers while the caller is closing the connection.
+type lateTransport struct{}
+
+func (lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// An answer that raced the provider's timeout is a timeout, not a malformed answer.
+// TestExternalData/timeout_uses_the_default failed in CI with "not a
+// ProviderResponse: unexpected end of JSON input" when net/http used such an answer.
+func TestExternalDataAnswerAfterTimeout(t *testing.T) {
+	_, _, ca := startProvider(t)
+	opts := Options{AllowExternalData: true, HTTPClient: &http.Client{Transport: lateTransport{}}}
+	for _, failure := range []string{"Fail", "UseDefault"} {
+		t.Run(failure, func(t *testing.T) {
+			b, err := compile(t, opts, externalPolicy("https://127.0.0.1:1/late", ca, failure))
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := engine.NewSet(b.Mutators, b.Finalizers...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := obj(t, `{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: a, image: "nginx:1"}]}}`)
+			res, err := set.Mutate(context.Background(), objectRequest(in, nil, engine.Create))
+			msg := fmt.Sprint(err)
+			if res != nil {
+				msg += strings.Join(res.Warnings, "; ")
+			}
+			if !strings.Contains(msg, "no answer within the provider's timeout of 1s") || strings.Contains(msg, "ProviderResponse") {
+				t.Errorf("got %q, want a timeout", msg)
+			}
+		})
+	}
+}
