@@ -286,6 +286,7 @@ func TestFailureIsolation(t *testing.T) {
 		{"error ignored", mut("b-bad", func(m *setField) { m.fail = errors.New("no value") }), false},
 		{"panic ignored", mut("b-bad", func(m *setField) { m.panics = true }), false},
 		{"error fails request", mut("b-bad", func(m *setField) { m.fail = errors.New("no value"); m.failure = FailClose }), true},
+		{"panic fails request", mut("b-bad", func(m *setField) { m.panics = true; m.failure = FailClose }), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -349,9 +350,14 @@ func (f *flakyMutator) Mutate(ctx context.Context, req *Request, obj map[string]
 func TestContextCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s := mustSet(t, mut("a"))
-	if _, err := s.Mutate(ctx, &Request{Kind: podGVK, Operation: Create, Object: newPod()}); !errors.Is(err, context.Canceled) {
+	s := mustSet(t, mut("a"), mut("b"))
+	_, err := s.Mutate(ctx, &Request{Kind: podGVK, Operation: Create, Object: newPod()})
+	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	// The pass checks the context once, before its first call, and names that call.
+	if want := "mutation stopped in pass 1 before " + s.all[0].ID.String(); !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("error %q, want it to start with %q", err, want)
 	}
 }
 

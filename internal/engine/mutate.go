@@ -10,15 +10,16 @@ import (
 // only when the request must fail: a FailClose mutator or finalizer failed, the object
 // did not converge, or ctx ended.
 func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
-	res := &Result{Object: req.Object}
+	m := &mutation{res: Result{Object: req.Object}, w: Writer{budget: req.WriteBudget}}
+	res := &m.res
 	cands := applicable(s.candidates(req.Kind, req.Operation), req)
 	if len(cands) > 0 {
-		if err := s.converge(ctx, req, cands, res); err != nil {
+		if err := s.converge(ctx, req, cands, res, &m.w); err != nil {
 			return nil, err
 		}
 	}
 	if len(s.finalizers) > 0 {
-		if err := s.finalize(ctx, req, res); err != nil {
+		if err := s.finalize(ctx, req, res, &m.w); err != nil {
 			return nil, err
 		}
 	}
@@ -28,30 +29,31 @@ func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 	return res, nil
 }
 
+// mutation is a request's Result and the Writer of its run, allocated together: one
+// allocation fewer per request, and the Writer, which only the run uses, lives no
+// longer than the Result does.
+type mutation struct {
+	res Result
+	w   Writer
+}
+
 // converge runs passes until the object stops changing. When a FailIgnore mutator fails,
 // the run starts again from the original object without it, so that none of its changes
 // (from any pass) survive and no other mutator saw them.
-func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res *Result) error {
-	var skip []bool
-	w := &Writer{budget: req.WriteBudget}
-	// changedBy are the indices in cands of the mutators that changed the current pass.
-	var changedBy []int
-	// warnings are the mutators' own (Writer.Warn) of the current run; a restart
-	// forgets them with the run, as it forgets res.Notes. Failure warnings come from
-	// res.Failures.
-	var warnings []string
+func (s *Set) converge(ctx context.Context, req *Request, cands []*compiled, res *Result, w *Writer) error {
+	r := convergence{req: req, cands: cands, res: res, w: w}
 	defer func() {
 		for _, f := range res.Failures {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("%s skipped: %v", f.ID, f.Err))
 		}
-		res.Warnings = append(res.Warnings, warnings...)
+		res.Warnings = append(res.Warnings, r.warnings...)
 	}()
 restart:
-	w.reset()
+	r.w.reset()
 	obj := req.Object
 	res.Trace = res.Trace[:0]
 	res.Notes = res.Notes[:0]
-	warnings = warnings[:0]
+	r.warnings = r.warnings[:0]
 	maxPasses := len(cands) + 1
 	if slices.ContainsFunc(cands, func(c *compiled) bool { return c.Reinvocation == ReinvokeOnce }) {
 		// A mutator's second (and last) run may change the object in the last pass the
@@ -65,59 +67,119 @@ restart:
 			res.Object = obj
 			return nil
 		}
-		changedBy = changedBy[:0]
 		passStart := obj
 		if pass > 1 {
-			w.disown()
+			r.w.disown()
 		}
-		for i, c := range cands {
-			if !runs(c.Reinvocation, pass) || (skip != nil && skip[i]) {
-				continue
+		next, failed, err := r.pass(ctx, pass, obj)
+		if failed >= 0 {
+			c := cands[failed]
+			if c.FailurePolicy == FailClose || isRequestDeadline(ctx) {
+				// Past the request's own deadline nothing may run any more, whatever
+				// the policy's failure policy: the request fails.
+				return &MutatorError{ID: c.ID, Err: err}
 			}
-			if err := Stopped(ctx); err != nil {
-				return fmt.Errorf("mutation stopped in pass %d before %s: %w", pass, c.ID, err)
+			if r.skip == nil {
+				r.skip = make([]bool, len(cands))
 			}
-			next, err := invoke(ctx, req, &c.Mutator, obj, w)
-			if err != nil {
-				if c.FailurePolicy == FailClose || isRequestDeadline(ctx) {
-					// Past the request's own deadline nothing may run any more, whatever
-					// the policy's failure policy: the request fails.
-					return &MutatorError{ID: c.ID, Err: err}
-				}
-				if skip == nil {
-					skip = make([]bool, len(cands))
-				}
-				skip[i] = true
-				res.Failures = append(res.Failures, Failure{ID: c.ID, Err: err})
-				goto restart
-			}
-			for _, text := range w.warnings {
-				if !slices.Contains(warnings, text) {
-					warnings = append(warnings, text)
-				}
-			}
-			res.Notes = addNotes(res.Notes, c.ID, w.notes)
-			if w.HasChanges() {
-				obj = next
-				res.Trace = append(res.Trace, Change{ID: c.ID, Pass: pass, Paths: slices.Clone(w.paths)})
-				changedBy = append(changedBy, i)
-			}
+			r.skip[failed] = true
+			res.Failures = append(res.Failures, Failure{ID: c.ID, Err: err})
+			goto restart
 		}
+		if err != nil {
+			return err
+		}
+		obj = next
 		res.Passes = pass
-		if len(changedBy) == 0 || passSettles(cands, changedBy, res.Trace, pass, passStart, obj) {
+		changes := res.Trace[r.passTrace:]
+		if len(changes) == 0 || passSettles(cands, r.changersSettle, changes, pass, passStart, obj) {
 			res.Object = obj
 			return nil
 		}
 		if pass == maxPasses {
-			ids := make([]ID, len(changedBy))
-			for j, i := range changedBy {
-				ids[j] = cands[i].ID
+			ids := make([]ID, len(changes))
+			for j, c := range changes {
+				ids[j] = c.ID
 			}
 			return &NotConvergedError{Passes: pass, Mutators: ids}
 		}
 	}
 	res.Object = obj
 	return nil
+}
+
+// convergence is the state of one request's run through its candidates.
+type convergence struct {
+	req   *Request
+	cands []*compiled
+	res   *Result
+	w     *Writer
+	// skip marks the candidates that failed under FailIgnore: the run starts again
+	// without them.
+	skip []bool
+	// passTrace is where the current pass's changes start in res.Trace.
+	passTrace int
+	// changersSettle is whether every mutator that changed the current pass is
+	// reinvoked until convergence (see passSettles).
+	changersSettle bool
+	// warnings are the mutators' own (Writer.Warn) of the current run; a restart
+	// forgets them with the run, as it forgets res.Notes. Failure warnings come from
+	// res.Failures.
+	warnings []string
+}
+
+// pass runs the candidates of one pass on obj, in order, and returns the object after
+// them. failed is the index in cands of the candidate whose call failed, with its error,
+// or -1; err alone is an error of the run (ctx ended before the pass).
+//
+// A panic in a call is that call's error, so that one broken policy never takes the
+// request down. The pass recovers once for all its calls, which keeps the engine's cost
+// per candidate to a few comparisons: most candidates of a large set do not match.
+func (r *convergence) pass(ctx context.Context, pass int, obj map[string]any) (out map[string]any, failed int, err error) {
+	calling := -1
+	defer func() {
+		if calling < 0 {
+			return
+		}
+		if p := recover(); p != nil {
+			out, failed, err = nil, calling, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	r.passTrace, r.changersSettle = len(r.res.Trace), true
+	if ctx.Err() != nil {
+		// Only the pass's first call needs this check: invoke checks the context after
+		// every call, and nothing else takes time between calls.
+		for i, c := range r.cands {
+			if runs(c.Reinvocation, pass) && (r.skip == nil || !r.skip[i]) {
+				return nil, -1, fmt.Errorf("mutation stopped in pass %d before %s: %w", pass, c.ID, Stopped(ctx))
+			}
+		}
+	}
+	for i, c := range r.cands {
+		if !runs(c.Reinvocation, pass) || (r.skip != nil && r.skip[i]) {
+			continue
+		}
+		calling = i
+		next, err := invoke(ctx, r.req, &c.Mutator, obj, r.w)
+		calling = -1
+		if err != nil {
+			return nil, i, err
+		}
+		for _, text := range r.w.warnings {
+			if !slices.Contains(r.warnings, text) {
+				r.warnings = append(r.warnings, text)
+			}
+		}
+		if len(r.w.notes) > 0 {
+			r.res.Notes = addNotes(r.res.Notes, c.ID, r.w.notes)
+		}
+		if r.w.HasChanges() {
+			obj = next
+			r.res.Trace = append(r.res.Trace, Change{ID: c.ID, Pass: pass, Paths: slices.Clone(r.w.paths)})
+			r.changersSettle = r.changersSettle && c.Reinvocation == ReinvokeIfNeeded
+		}
+	}
+	return obj, -1, nil
 }
 
 // runs reports whether a mutator with this reinvocation policy runs in pass.
@@ -185,20 +247,18 @@ func isRequestDeadline(ctx context.Context) bool { return ctx.Err() != nil }
 
 // invoke runs one call of a policy under its budgets: the policy's Timeout and the
 // request's deadline (one timer, only when the policy's is nearer), and the run's write
-// budget. A panic is an error, so that one broken policy never takes the request down;
-// a result that arrives after the deadline is an error, never used.
-func invoke(ctx context.Context, req *Request, m *Mutator, obj map[string]any, w *Writer) (next map[string]any, err error) {
-	ctx, done := callContext(ctx, &m.Descriptor)
-	defer done()
-	defer func() {
-		if r := recover(); r != nil {
-			next, err = nil, fmt.Errorf("panic: %v", r)
-		}
-	}()
+// budget. A result that arrives after the deadline is an error, never used. The caller
+// recovers a panic (see convergence.pass).
+func invoke(ctx context.Context, req *Request, m *Mutator, obj map[string]any, w *Writer) (map[string]any, error) {
+	if m.Timeout > 0 {
+		var done context.CancelFunc
+		ctx, done = callContext(ctx, &m.Descriptor)
+		defer done()
+	}
 	w.startInvocation()
-	next, err = m.Mutate(ctx, req, obj, w)
-	if lateErr := late(ctx); lateErr != nil {
-		return nil, lateErr
+	next, err := m.Mutate(ctx, req, obj, w)
+	if ctx.Err() != nil {
+		return nil, late(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -209,8 +269,9 @@ func invoke(ctx context.Context, req *Request, m *Mutator, obj map[string]any, w
 	return next, nil
 }
 
-func (s *Set) finalize(ctx context.Context, req *Request, res *Result) error {
-	w := &Writer{budget: req.WriteBudget}
+// finalize runs the finalizers on the converged object, each with w reset: its own
+// budget, and no container owned.
+func (s *Set) finalize(ctx context.Context, req *Request, res *Result, w *Writer) error {
 	for _, f := range s.finalizers {
 		w.reset()
 		next, err := finalizeOne(ctx, req, f, res, w)

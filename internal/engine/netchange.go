@@ -74,19 +74,20 @@ func (w *Writer) disown() {
 // the changers named hold what they held before the pass. Otherwise kube-apiserver's
 // rule stays (any reported change reinvokes), so that CEL and Katalog policies behave
 // exactly as before.
-func passSettles(cands []*compiled, changedBy []int, trace []Change, pass int, before, after map[string]any) bool {
-	for _, i := range changedBy {
-		if cands[i].Reinvocation != ReinvokeIfNeeded {
-			return false
-		}
+//
+// changersSettle says whether every changer is ReinvokeIfNeeded; changes are the pass's
+// entries of the trace.
+func passSettles(cands []*compiled, changersSettle bool, changes []Change, pass int, before, after map[string]any) bool {
+	if !changersSettle {
+		return false
 	}
 	for _, c := range cands {
 		if c.Reinvocation == ReinvokeOnce && runs(c.Reinvocation, pass+1) {
 			return false
 		}
 	}
-	for _, c := range trace {
-		if c.Pass == pass && netChanged(before, after, c.Paths) {
+	for _, c := range changes {
+		if netChanged(before, after, c.Paths) {
 			return false
 		}
 	}
