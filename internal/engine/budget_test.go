@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -214,5 +216,77 @@ func TestBackgroundAndAdmission(t *testing.T) {
 				t.Errorf("background=%v: %s ran", tt.background, k)
 			}
 		}
+	}
+}
+
+// TestRecycledWritersKeepNothing: Mutate recycles its Writer. A request must start with
+// nothing of an earlier one (warnings, notes, spent budget, owned containers), and
+// concurrent requests must never share one (run with -race).
+func TestRecycledWritersKeepNothing(t *testing.T) {
+	tag := funcMutator("tag", Descriptor{}, func(_ context.Context, req *Request, obj map[string]any, w *Writer) (map[string]any, error) {
+		if req.Name == "" {
+			return obj, nil
+		}
+		w.Warn("tagged " + req.Name)
+		w.Note(Note{Kind: NoteEvent, Message: req.Name})
+		if err := w.Charge(700); err != nil {
+			return nil, err
+		}
+		out := w.Map(obj)
+		spec := w.Map(obj["spec"].(map[string]any))
+		spec["tag"] = req.Name
+		out["spec"] = spec
+		w.Changed("/spec/tag")
+		return out, nil
+	})
+	s, err := NewSet([]Mutator{tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two requests of 700 bytes each under a budget of 1,000: each starts from zero.
+	for range 2 {
+		req := podRequest()
+		req.Name, req.WriteBudget = "p", 1000
+		if _, err := s.Mutate(context.Background(), req); err != nil {
+			t.Fatalf("second request charged with the first's writes: %v", err)
+		}
+	}
+	quiet := podRequest()
+	res, err := s.Mutate(context.Background(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 0 || len(res.Notes) != 0 || len(res.Trace) != 0 {
+		t.Fatalf("a request that no policy changed carries an earlier one's warnings %v, notes %v, trace %v", res.Warnings, res.Notes, res.Trace)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				req := podRequest()
+				req.Name = fmt.Sprintf("g%d-%d", g, i)
+				res, err := s.Mutate(context.Background(), req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				spec := res.Object["spec"].(map[string]any)
+				if spec["tag"] != req.Name || len(res.Warnings) != 1 || res.Warnings[0] != "tagged "+req.Name || len(res.Notes) != 1 || res.Notes[0].Message != req.Name {
+					errs <- fmt.Errorf("request %s got tag %v, warnings %v, notes %v", req.Name, spec["tag"], res.Warnings, res.Notes)
+					return
+				}
+				if _, changed := req.Object["spec"].(map[string]any)["tag"]; changed {
+					errs <- fmt.Errorf("request %s: its original object was written", req.Name)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -10,16 +10,17 @@ import (
 // only when the request must fail: a FailClose mutator or finalizer failed, the object
 // did not converge, or ctx ended.
 func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
-	m := &mutation{res: Result{Object: req.Object}, w: Writer{budget: req.WriteBudget}}
-	res := &m.res
+	res := &Result{Object: req.Object}
+	w := s.writer(req.WriteBudget)
+	defer s.release(w)
 	cands := applicable(s.candidates(req.Kind, req.Operation), req)
 	if len(cands) > 0 {
-		if err := s.converge(ctx, req, cands, res, &m.w); err != nil {
+		if err := s.converge(ctx, req, cands, res, w); err != nil {
 			return nil, err
 		}
 	}
 	if len(s.finalizers) > 0 {
-		if err := s.finalize(ctx, req, res, &m.w); err != nil {
+		if err := s.finalize(ctx, req, res, w); err != nil {
 			return nil, err
 		}
 	}
@@ -27,14 +28,6 @@ func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 		res.Patch = Diff(req.Object, res.Object)
 	}
 	return res, nil
-}
-
-// mutation is a request's Result and the Writer of its run, allocated together: one
-// allocation fewer per request, and the Writer, which only the run uses, lives no
-// longer than the Result does.
-type mutation struct {
-	res Result
-	w   Writer
 }
 
 // converge runs passes until the object stops changing. When a FailIgnore mutator fails,

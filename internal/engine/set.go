@@ -30,6 +30,8 @@ type Set struct {
 	finalizers []Finalizer
 	cache      sync.Map // indexKey -> []*compiled
 	cached     atomic.Int64
+	// writers recycles the Writers of finished requests (see writer).
+	writers sync.Pool
 }
 
 // maxCachedKeys bounds the candidate cache, so that requests naming made-up kinds cannot

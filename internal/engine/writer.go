@@ -10,6 +10,9 @@ import (
 // List or New* belongs to the current run and may be written in place; any other
 // container must be passed through Map or List first, which copies it once.
 //
+// A Writer is valid only during the call it is passed to: the engine recycles it for
+// later requests once the request is done, so a policy must not keep it.
+//
 // Ownership lasts for the whole run of a request, across mutators and passes: a
 // container one mutator copied is written in place by the next. That is safe because the
 // original object is never owned, and a run in which a mutator fails starts again from
@@ -118,6 +121,39 @@ const ownedScanLimit = 16
 // NewWriter returns an empty Writer, for dialect tests and for code that mutates outside
 // the engine.
 func NewWriter() *Writer { return &Writer{} }
+
+// maxPooledEntries bounds what a recycled Writer keeps: one that grew past it on a large
+// object is left to the garbage collector rather than held for every later request.
+const maxPooledEntries = 1024
+
+// writer returns a Writer for one request's run with the request's budget, recycled
+// from a finished request when one is free: a Writer per request was a third of what
+// a request that no policy matches allocates. Recycling is safe because the engine
+// calls policies synchronously and a policy may use the Writer only during its call, so
+// once Mutate returns nothing holds it.
+func (s *Set) writer(budget int64) *Writer {
+	w, _ := s.writers.Get().(*Writer)
+	if w == nil {
+		w = &Writer{}
+	}
+	w.budget = budget
+	return w
+}
+
+// release gives w back for a later request, holding no pointer into this one: the
+// containers it owned, the paths, warnings and notes are cleared, not only truncated.
+func (s *Set) release(w *Writer) {
+	if cap(w.owned) > maxPooledEntries || cap(w.paths) > maxPooledEntries || cap(w.warnings) > maxPooledEntries || cap(w.notes) > maxPooledEntries {
+		return
+	}
+	clear(w.owned[:cap(w.owned)])
+	clear(w.paths[:cap(w.paths)])
+	clear(w.warnings[:cap(w.warnings)])
+	clear(w.notes[:cap(w.notes)])
+	w.reset()
+	w.budget = 0
+	s.writers.Put(w)
+}
 
 // reset forgets everything: the start of a run.
 func (w *Writer) reset() {
