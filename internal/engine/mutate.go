@@ -13,7 +13,7 @@ func (s *Set) Mutate(ctx context.Context, req *Request) (*Result, error) {
 	res := &Result{Object: req.Object}
 	w := s.writer(req.WriteBudget)
 	defer s.release(w)
-	cands := applicable(s.candidates(req.Kind, req.Operation), req)
+	cands := s.applicable(req)
 	if len(cands) > 0 {
 		if err := s.converge(ctx, req, cands, res, w); err != nil {
 			return nil, err
@@ -190,6 +190,16 @@ func anyRuns(cands []*compiled, pass int) bool {
 	return slices.ContainsFunc(cands, func(c *compiled) bool { return runs(c.Reinvocation, pass) })
 }
 
+// applicable returns, in order, the candidates that run on req (see Applies); an
+// admission request's come from the candidate cache as they are.
+func (s *Set) applicable(req *Request) []*compiled {
+	list := s.lookup(req.Kind, req.Operation)
+	if !req.Background && !req.Reconcile {
+		return list.admission
+	}
+	return applicable(list.all, req)
+}
+
 // applicable keeps the candidates that run on this kind of request (see Applies). It
 // allocates only when it drops one.
 func applicable(cands []*compiled, req *Request) []*compiled {
@@ -212,7 +222,9 @@ func applicable(cands []*compiled, req *Request) []*compiled {
 // Applies reports whether a policy runs on this kind of request: on a background
 // request (Request.Background) only the policies that mutate existing objects; on a
 // reconciled object (Request.Reconcile) every policy; at admission the policies not
-// turned off at admission. It decides for mutators and validators alike.
+// turned off at admission. It decides for mutators and validators alike. It reads only
+// these three kinds of request, so the candidate cache keeps its admission answers
+// (candidateList.admission).
 func Applies(d *Descriptor, req *Request) bool {
 	switch {
 	case req.Background:

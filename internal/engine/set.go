@@ -28,7 +28,7 @@ type Set struct {
 	exact      map[schema.GroupVersionKind][]*compiled // mutators with an exact target for the GVK
 	wildcard   []*compiled                             // mutators with any target holding "*"
 	finalizers []Finalizer
-	cache      sync.Map // indexKey -> []*compiled
+	cache      sync.Map // indexKey -> *candidateList
 	cached     atomic.Int64
 	// writers recycles the Writers of finished requests (see writer).
 	writers sync.Pool
@@ -85,11 +85,25 @@ func (s *Set) Mutators() []Mutator {
 	return out
 }
 
+// candidateList is what the candidate cache holds for a kind and operation.
+type candidateList struct {
+	// all are the mutators with a target naming the kind and operation, in order.
+	all []*compiled
+	// admission are those of all that run at admission (see Applies): an admission
+	// request, the hot path, filters nothing.
+	admission []*compiled
+}
+
 // candidates returns, in order, the mutators with a target naming gvk and op.
 func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled {
+	return s.lookup(gvk, op).all
+}
+
+// lookup returns the cached candidateList of gvk and op, building it on a miss.
+func (s *Set) lookup(gvk schema.GroupVersionKind, op Operation) *candidateList {
 	key := indexKey{gvk, op}
 	if v, ok := s.cache.Load(key); ok {
-		return v.([]*compiled)
+		return v.(*candidateList)
 	}
 	var out []*compiled
 	add := func(c *compiled) {
@@ -116,16 +130,18 @@ func (s *Set) candidates(gvk schema.GroupVersionKind, op Operation) []*compiled 
 			j++
 		}
 	}
+	// A zero Request is an admission request.
+	list := &candidateList{all: out, admission: applicable(out, &Request{})}
 	if s.cached.Load() < maxCachedKeys {
 		// The key outlives the request, whose strings may point into its body (the
 		// webhook's decoder does not copy them): clone them, or each cached key pins a
 		// whole request body (60 reviews of made-up kinds kept 263 MB live).
 		key.gvk = schema.GroupVersionKind{Group: strings.Clone(gvk.Group), Version: strings.Clone(gvk.Version), Kind: strings.Clone(gvk.Kind)}
-		if _, loaded := s.cache.LoadOrStore(key, out); !loaded {
+		if _, loaded := s.cache.LoadOrStore(key, list); !loaded {
 			s.cached.Add(1)
 		}
 	}
-	return out
+	return list
 }
 
 // FailClose reports whether any policy that would run on req fails closed: a request
