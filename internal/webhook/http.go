@@ -190,10 +190,10 @@ func (s *Server) answerReview(w http.ResponseWriter, r *http.Request, h reviewHa
 	// ends. The handler records into its own call, taken over only when it finished.
 	own := &call{group: c.group}
 	done := make(chan reply, 1)
-	go func() {
+	s.workers.run(func() {
 		defer s.releaseBody(buf)
 		done <- s.runHandler(ctx, h, buf.Bytes(), own)
-	}()
+	})
 	last := deadline.Add(max(timeout/20, 50*time.Millisecond))
 	if end := arrived.Add(timeout); last.After(end) {
 		last = end

@@ -70,6 +70,8 @@ type Server struct {
 	handler http.Handler
 	// bodies are reusable request body buffers (*bytes.Buffer; see readBody).
 	bodies sync.Pool
+	// workers run the review handlers (see answerReview).
+	workers *workers
 
 	mu sync.Mutex // guards the fields below
 	// fingerprint is the source's fingerprint at the last load attempt.
@@ -114,7 +116,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics()}
+	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics(), workers: newWorkers()}
 	mux := http.NewServeMux()
 	if opts.Admission {
 		mux.Handle("/mutate", s.review("mutate", s.mutate))
