@@ -127,8 +127,8 @@ func NewWriter() *Writer { return &Writer{} }
 const maxPooledEntries = 1024
 
 // writer returns a Writer for one request's run with the request's budget, recycled
-// from a finished request when one is free: a Writer per request was a third of what
-// a request that no policy matches allocates. Recycling is safe because the engine
+// from a finished request when one is free: a Writer per request was one of the three
+// allocations of a request that no policy matches. Recycling is safe because the engine
 // calls policies synchronously and a policy may use the Writer only during its call, so
 // once Mutate returns nothing holds it.
 func (s *Set) writer(budget int64) *Writer {

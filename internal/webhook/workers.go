@@ -9,9 +9,10 @@ const workerIdle = 10 * time.Second
 // workers runs review handlers on goroutines kept between reviews. A handler runs off
 // the request's goroutine, so that the answer never waits for it past the deadline
 // (see answerReview); a fresh goroutine per review grew its stack from the minimum on
-// every review (decoding and the policies run deep), and the copies cost more than the
-// rest of the hand-over. A worker ends after workerIdle without work, and one whose
-// handler never returns is lost alone, as a goroutine per review would be.
+// every review, since decoding and the policies run deep. A kept worker's stack is
+// already grown; what remains is the hand-over itself (waking a thread). A worker ends
+// after workerIdle without work, and one whose handler never returns is lost alone, as
+// a goroutine per review would be.
 type workers struct {
 	jobs chan func()
 }
