@@ -125,7 +125,9 @@ func TestExternalData(t *testing.T) {
 					t.Errorf("a provider slower than its timeout must fail as a timeout; got %q", msg)
 				}
 			}
-			if n := calls.Load() - before; n != 1 {
+			// One batched request; a slow provider's may time out before it arrives
+			// (a TLS handshake on a loaded machine), so there it is at most one.
+			if n := calls.Load() - before; n != 1 && (tc.path != "/slow" || n != 0) {
 				t.Errorf("%d provider requests, want 1", n)
 			}
 			if tc.want == nil {
