@@ -261,30 +261,9 @@ func testInstallRender(t *testing.T, helm, bin string) {
 		})
 	}
 
-	t.Run("kustomize", func(t *testing.T) {
-		// An overlay that moves the base into the test's namespace.
-		dir := t.TempDir()
-		base, err := filepath.Rel(dir, filepath.Join(installRoot(t), "config", "default"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		overlay := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", ns.Name, base)
-		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		rendered := kubectl(t, nil, "kustomize", dir)
-		var keep []*unstructured.Unstructured
-		for _, o := range installDecode(t, rendered) {
-			if o.GetKind() == "Namespace" {
-				continue // morph-system, renamed or not: the test's namespace exists
-			}
-			keep = append(keep, o)
-		}
-		dryRunApply(t, "kustomize", installEncode(t, keep))
-		if _, err := installTry(t, nil, nil, bin, append(deploymentArgs(t, keep), "--help")...); err != nil {
-			t.Errorf("morph rejects the kustomize base's args: %v", err)
-		}
-	})
+	for _, variant := range []string{"default", "cert-manager"} {
+		t.Run("kustomize "+variant, func(t *testing.T) { testInstallKustomize(t, bin, ns.Name, variant) })
+	}
 
 	t.Run("bad values", func(t *testing.T) {
 		for set, want := range map[string]string{
@@ -302,6 +281,33 @@ func testInstallRender(t *testing.T, helm, bin string) {
 			}
 		}
 	})
+}
+
+// testInstallKustomize renders config/<variant> moved into namespace by an overlay,
+// applies it with server-side dry-run, and checks that morph accepts its args.
+func testInstallKustomize(t *testing.T, bin, namespace, variant string) {
+	// An overlay that moves the base into the test's namespace.
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, filepath.Join(installRoot(t), "config", variant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", namespace, base)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rendered := kubectl(t, nil, "kustomize", dir)
+	var keep []*unstructured.Unstructured
+	for _, o := range installDecode(t, rendered) {
+		if o.GetKind() == "Namespace" {
+			continue // morph-system, renamed or not: the test's namespace exists
+		}
+		keep = append(keep, o)
+	}
+	dryRunApply(t, "kustomize "+variant, installEncode(t, keep))
+	if _, err := installTry(t, nil, nil, bin, append(deploymentArgs(t, keep), "--help")...); err != nil {
+		t.Errorf("morph rejects the args of config/%s: %v", variant, err)
+	}
 }
 
 // installNormalize is an object as both renderings should agree on: without the
@@ -323,40 +329,51 @@ func installNormalize(o *unstructured.Unstructured) *unstructured.Unstructured {
 	return o
 }
 
-// testInstallKustomizeMatchesChart: config/default renders the objects of the chart
-// with default values in morph-system, the same but for Helm's labels, plus the
-// Namespace.
+// testInstallKustomizeMatchesChart: each kustomize variant renders the objects of the
+// chart with the values it stands for, in morph-system, the same but for Helm's labels,
+// plus the Namespace: config/default the defaults, config/cert-manager
+// certificates.mode=cert-manager.
 func testInstallKustomizeMatchesChart(t *testing.T, helm string) {
-	chart := map[string]*unstructured.Unstructured{}
-	for _, o := range installDecode(t, helmTemplate(t, helm, "morph", "morph-system", nil)) {
-		chart[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = installNormalize(o)
+	for _, tc := range []struct {
+		dir string
+		set []string
+	}{
+		{"default", nil},
+		{"cert-manager", []string{"certificates.mode=cert-manager"}},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			chart := map[string]*unstructured.Unstructured{}
+			for _, o := range installDecode(t, helmTemplate(t, helm, "morph", "morph-system", nil, tc.set...)) {
+				chart[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = installNormalize(o)
+			}
+			base := map[string]*unstructured.Unstructured{}
+			for _, o := range installDecode(t, kubectl(t, nil, "kustomize", filepath.Join(installRoot(t), "config", tc.dir))) {
+				base[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = installNormalize(o)
+			}
+			if _, ok := base["Namespace//morph-system"]; !ok {
+				t.Errorf("config/%s has no Namespace morph-system", tc.dir)
+			}
+			delete(base, "Namespace//morph-system")
+			for key, want := range chart {
+				got, ok := base[key]
+				if !ok {
+					t.Errorf("%s: rendered by the chart, not by config/%s", key, tc.dir)
+					continue
+				}
+				if !apiequality.Semantic.DeepEqual(got.Object, want.Object) {
+					g, _ := yaml.Marshal(got.Object)
+					w, _ := yaml.Marshal(want.Object)
+					t.Errorf("%s differs; config/%s:\n%s\nchart:\n%s", key, tc.dir, g, w)
+				}
+			}
+			for key := range base {
+				if _, ok := chart[key]; !ok {
+					t.Errorf("%s: rendered by config/%s, not by the chart", key, tc.dir)
+				}
+			}
+			t.Logf("config/%s: %d objects compared", tc.dir, len(chart))
+		})
 	}
-	base := map[string]*unstructured.Unstructured{}
-	for _, o := range installDecode(t, kubectl(t, nil, "kustomize", filepath.Join(installRoot(t), "config", "default"))) {
-		base[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = installNormalize(o)
-	}
-	if _, ok := base["Namespace//morph-system"]; !ok {
-		t.Error("config/default has no Namespace morph-system")
-	}
-	delete(base, "Namespace//morph-system")
-	for key, want := range chart {
-		got, ok := base[key]
-		if !ok {
-			t.Errorf("%s: rendered by the chart, not by config/default", key)
-			continue
-		}
-		if !apiequality.Semantic.DeepEqual(got.Object, want.Object) {
-			g, _ := yaml.Marshal(got.Object)
-			w, _ := yaml.Marshal(want.Object)
-			t.Errorf("%s differs; config/default:\n%s\nchart:\n%s", key, g, w)
-		}
-	}
-	for key := range base {
-		if _, ok := chart[key]; !ok {
-			t.Errorf("%s: rendered by config/default, not by the chart", key)
-		}
-	}
-	t.Logf("%d objects compared", len(chart))
 }
 
 // docsRBAC reads the rules of the "### RBAC" sections of docs/cluster.md: the first
