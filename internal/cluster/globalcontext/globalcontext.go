@@ -174,7 +174,9 @@ func (s *Source) GlobalContextEntry(ctx context.Context, name string) (map[strin
 	if !ok {
 		return nil, fmt.Errorf("GlobalContextEntry %s: unexpected cache entry %T", name, obj)
 	}
-	return u.DeepCopy().Object, nil
+	// Shared with the informer's cache, as GlobalContextSource allows: the dialect only
+	// reads it, and a spec object it has seen keeps its JSON (no marshal per read).
+	return u.Object, nil
 }
 
 func (s *Source) entryInformer(ctx context.Context) (cache.SharedIndexInformer, error) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,9 @@ import (
 // projections with Kyverno's JMESPath functions.
 type GlobalContextSource interface {
 	// GlobalContextEntry returns the GlobalContextEntry named name (kyverno.io), or nil
-	// and no error when there is none.
+	// and no error when there is none. The object may be shared with the source's
+	// cache: the dialect reads it and never writes it, and the source replaces it when
+	// the entry changes rather than writing it in place.
 	GlobalContextEntry(ctx context.Context, name string) (map[string]any, error)
 	// ResourceObjects lists the objects of a resource (group, version, plural) in
 	// namespace ("" for every namespace), as spec.kubernetesResource caches them.
@@ -65,11 +68,39 @@ type APICallCache struct {
 	background context.Context
 	pollers    map[string]*apiCallPoller
 	observe    func(name string, at time.Time, err error)
+	// keys remembers, by entry name, the spec object last read and its JSON (see
+	// specKey).
+	keys map[string]specKey
+}
+
+// specKey is an entry's spec object and its JSON.
+type specKey struct {
+	spec map[string]any
+	json string
 }
 
 // NewAPICallCache returns an empty cache.
 func NewAPICallCache() *APICallCache {
-	return &APICallCache{calls: map[string]apiCallData{}, pollers: map[string]*apiCallPoller{}}
+	return &APICallCache{calls: map[string]apiCallData{}, pollers: map[string]*apiCallPoller{}, keys: map[string]specKey{}}
+}
+
+// specKey returns the JSON of an entry's spec, which tells a changed spec from the one
+// an answer was fetched for. It marshals a spec object once, not on every read: a
+// GlobalContextSource replaces an entry when it changes and never writes one in place.
+// The spec kept for the comparison stays referenced, so no other object can take its
+// address.
+func (c *APICallCache) specKey(name string, spec map[string]any) string {
+	c.mu.Lock()
+	k, ok := c.keys[name]
+	c.mu.Unlock()
+	if ok && reflect.ValueOf(k.spec).UnsafePointer() == reflect.ValueOf(spec).UnsafePointer() {
+		return k.json
+	}
+	raw, _ := json.Marshal(spec)
+	c.mu.Lock()
+	c.keys[name] = specKey{spec: spec, json: string(raw)}
+	c.mu.Unlock()
+	return string(raw)
 }
 
 // Poll turns on background polling: from now on, an entry's first read starts its
@@ -89,6 +120,7 @@ func (c *APICallCache) Forget(name string) {
 	p := c.pollers[name]
 	delete(c.pollers, name)
 	delete(c.calls, name)
+	delete(c.keys, name)
 	c.mu.Unlock()
 	if p != nil {
 		p.cancel()
@@ -263,7 +295,7 @@ func (g *globalResolver) data(ctx context.Context, name string, spec map[string]
 // APICallCache.Poll, otherwise called again at the first read after its
 // refreshInterval.
 func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[string]any) (any, error) {
-	key, _ := json.Marshal(spec)
+	key := g.calls.specKey(name, spec)
 	interval := defaultRefreshInterval
 	if s, ok := ac["refreshInterval"].(string); ok && s != "" {
 		d, err := time.ParseDuration(s)
@@ -283,14 +315,14 @@ func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[
 		} else if f, ok := ac["retryLimit"].(float64); ok && f >= 1 {
 			attempts = int(f)
 		}
-		return g.calls.polled(ctx, name, string(key), interval, attempts, func(ctx context.Context) (any, error) {
+		return g.calls.polled(ctx, name, key, interval, attempts, func(ctx context.Context) (any, error) {
 			// Every call is bounded, urlPath calls too.
 			ctx, cancel := context.WithTimeout(ctx, g.http.timeout)
 			defer cancel()
 			return g.callJSON(ctx, name, ac)
 		})
 	}
-	if ok && last.spec == string(key) && g.now().Sub(last.at) < interval {
+	if ok && last.spec == key && g.now().Sub(last.at) < interval {
 		return last.data, nil
 	}
 	data, err := g.callJSON(ctx, name, ac)
@@ -298,7 +330,7 @@ func (g *globalResolver) apiCall(ctx context.Context, name string, spec, ac map[
 		return nil, err
 	}
 	g.calls.mu.Lock()
-	g.calls.calls[name] = apiCallData{spec: string(key), at: g.now(), data: data}
+	g.calls.calls[name] = apiCallData{spec: key, at: g.now(), data: data}
 	g.calls.mu.Unlock()
 	return data, nil
 }

@@ -173,6 +173,22 @@ func TestGlobalContextResolver(t *testing.T) {
 	if n := src.calls.Load() - before; n != 0 {
 		t.Errorf("after a reload within refreshInterval: %d new calls, want 0", n)
 	}
+	// A changed entry (a new object, as a store replaces one) is called anew within the
+	// refreshInterval; the same object again is not.
+	src.entries["ns"] = entry("ns", map[string]any{
+		"apiCall":     map[string]any{"urlPath": "/api/v1/namespaces", "refreshInterval": "2m"},
+		"projections": projections("count", "length(items)"),
+	})
+	src.paths["/api/v1/namespaces"] = `{"items": [{}, {}]}`
+	before = src.calls.Load()
+	for range 2 {
+		if got, err = again.GetGlobalReference("ns", "count"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got != float64(2) || src.calls.Load()-before != 1 {
+		t.Errorf("after the entry changed: got %v with %d calls, want 2 with 1 call", got, src.calls.Load()-before)
+	}
 	if n := served.Load(); n != 2 {
 		t.Errorf("the service was called %d times, want 2 (svc, svc-denied; never the host not allowed)", n)
 	}
