@@ -324,29 +324,32 @@ func jpRegexReplace(name string, literal bool) jmespath.JpFunction {
 	}
 }
 
+// jpMatchArgs reads the arguments of regex_match and pattern_match: a pattern string
+// and a string or number. Kyverno names both functions' errors regex_match.
+func jpMatchArgs(args []any) (pattern, src string, err error) {
+	if pattern, err = jpString("regex_match", args, 0); err != nil {
+		return "", "", err
+	}
+	if src, err = jpToString(args[1]); err != nil {
+		return "", "", fmt.Errorf(jpErrInvalidType, "regex_match", 2, "String or Real")
+	}
+	return pattern, src, nil
+}
+
 func jpRegexMatch(args []any) (any, error) {
-	expr, err := jpString("regex_match", args, 0)
+	expr, src, err := jpMatchArgs(args)
 	if err != nil {
 		return nil, err
-	}
-	src, err := jpToString(args[1])
-	if err != nil {
-		return nil, fmt.Errorf(jpErrInvalidType, "regex_match", 2, "String or Real")
 	}
 	return regexp.MatchString(expr, src)
 }
 
 // jpPatternMatch is Kyverno's pattern_match: the wildcard pattern ("*" any run of
-// characters, "?" exactly one) matches the whole string or number. Kyverno names its
-// errors regex_match.
+// characters, "?" exactly one) matches the whole string or number.
 func jpPatternMatch(args []any) (any, error) {
-	pattern, err := jpString("regex_match", args, 0)
+	pattern, src, err := jpMatchArgs(args)
 	if err != nil {
 		return nil, err
-	}
-	src, err := jpToString(args[1])
-	if err != nil {
-		return nil, fmt.Errorf(jpErrInvalidType, "regex_match", 2, "String or Real")
 	}
 	return wildcardMatch(pattern, src), nil
 }
